@@ -1,0 +1,102 @@
+# lockbroker build. `make run` and `make test` are the two commands a newcomer
+# needs; both install missing Debian packages first (deploy/install-deps.sh).
+#
+# Outputs: build/lockbrokerd (release) and, for tests, a sanitizer build under
+# build/san/ (AddressSanitizer + UndefinedBehaviorSanitizer, no recovery).
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BINDIR  := $(PREFIX)/bin
+
+CC      ?= cc
+PKGS    := libuv hiredis jansson
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CRIT_CFLAGS := $(shell pkg-config --cflags criterion 2>/dev/null)
+CRIT_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null)
+
+WARN    := -Wall -Wextra -Wstrict-prototypes -Wwrite-strings -Werror
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -I. -Ibuild/gen $(PKG_CFLAGS)
+REL_CFLAGS  := $(BASE_CFLAGS) -O2 -g
+SAN_FLAGS   := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN_CFLAGS  := $(BASE_CFLAGS) -O1 -g $(SAN_FLAGS)
+
+LIB_SRCS  := $(wildcard protocol/*.c) $(wildcard broker/*.c)
+LUA_SRCS  := $(sort $(wildcard lua/*.lua))
+GEN_SRC   := build/gen/lua_scripts.c
+UNIT_SRCS := $(wildcard tests/unit/*.c)
+INTEG_SRCS := $(wildcard tests/integration/*.c)
+
+REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.o
+SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o
+
+.PHONY: all deps run test unit integration clean install bench
+all: build/lockbrokerd
+
+deps:
+	@sh deploy/install-deps.sh
+
+# ---- generated: Lua scripts embedded as C arrays --------------------------
+$(GEN_SRC): $(LUA_SRCS) deploy/embed-lua.sh
+	@mkdir -p build/gen
+	sh deploy/embed-lua.sh $@ $(LUA_SRCS)
+
+# ---- objects ---------------------------------------------------------------
+build/rel/gen/lua_scripts.o: $(GEN_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) $(REL_CFLAGS) -c $< -o $@
+build/san/gen/lua_scripts.o: $(GEN_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_CFLAGS) -c $< -o $@
+build/rel/%.o: %.c | $(GEN_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) $(REL_CFLAGS) -c $< -o $@
+build/san/%.o: %.c | $(GEN_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_CFLAGS) -c $< -o $@
+build/san/tests/%.o: tests/%.c | $(GEN_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_CFLAGS) $(CRIT_CFLAGS) -c $< -o $@
+
+build/rel/liblb.a: $(REL_OBJS)
+	ar rcs $@ $^
+build/san/liblb.a: $(SAN_OBJS)
+	ar rcs $@ $^
+
+# ---- binaries --------------------------------------------------------------
+build/lockbrokerd: build/rel/cmd/lockbrokerd/main.o build/rel/liblb.a
+	$(CC) -o $@ $^ $(PKG_LIBS) -lm
+build/san/lockbrokerd: build/san/cmd/lockbrokerd/main.o build/san/liblb.a
+	$(CC) $(SAN_FLAGS) -o $@ $^ $(PKG_LIBS) -lm
+build/san/unit_tests: $(patsubst %.c,build/san/%.o,$(UNIT_SRCS)) build/san/liblb.a
+	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
+build/san/integration_tests: $(patsubst %.c,build/san/%.o,$(INTEG_SRCS)) build/san/liblb.a
+	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
+
+# ---- the two commands -----------------------------------------------------
+run: deps
+	@$(MAKE) --no-print-directory build/lockbrokerd
+	@sh deploy/run-dev.sh
+
+# ASAN_OPTIONS: leaks are errors. Criterion forks workers; each is checked.
+TEST_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+            LB_BROKER_BIN=$(CURDIR)/build/san/lockbrokerd
+test: deps
+	@$(MAKE) --no-print-directory build/san/lockbrokerd build/san/unit_tests build/san/integration_tests
+	$(TEST_ENV) build/san/unit_tests --jobs 2
+	$(TEST_ENV) build/san/integration_tests --jobs 2
+
+unit: build/san/unit_tests
+	$(TEST_ENV) build/san/unit_tests
+integration: build/san/lockbrokerd build/san/integration_tests
+	$(TEST_ENV) build/san/integration_tests
+
+install: build/lockbrokerd
+	install -d $(DESTDIR)$(BINDIR)
+	install -m 0755 build/lockbrokerd $(DESTDIR)$(BINDIR)/lockbrokerd
+
+clean:
+	rm -rf build
+
+-include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,26 @@
+#!/bin/sh
+# Installs, only when missing, every Debian package lockbroker needs to build,
+# test and run. Safe to run again: it does nothing when all are present.
+set -eu
+
+PKGS="build-essential pkg-config xxd libuv1-dev libhiredis-dev libjansson-dev \
+libcriterion-dev redis-server redis-tools socat curl"
+
+missing=""
+for p in $PKGS; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+		missing="$missing $p"
+	fi
+done
+
+[ -z "$missing" ] && exit 0
+
+echo "install-deps: installing:$missing" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+	SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null

@@ -1,0 +1,105 @@
+/*
+ * resp.h - encoding of responses and events into lines.
+ *
+ * Builders return a new jansson reference (the caller owns it); resp_dump
+ * takes ownership of a message and returns it as one compact JSON line ending
+ * in "\n". Key order is stable: "id" then "ok" first, as in PROTOCOL.md.
+ * Strings that may hold NUL bytes (owner, client labels) go through with
+ * their lengths. Nothing here knows of Redis or sessions.
+ */
+#ifndef LB_PROTOCOL_RESP_H
+#define LB_PROTOCOL_RESP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "protocol/errors.h"
+#include "protocol/req.h"
+
+/* {"id":ID,"ok":true}; id NULL -> null. id is not stolen. */
+json_t *resp_ok(const json_t *id);
+/* {"id":ID,"ok":false,"error":{"code":..,"message":..}}; message NULL -> the
+ * code's default message. */
+json_t *resp_error(const json_t *id, lb_err_t code, const char *message);
+
+typedef struct resp_acquired {
+	const char *lease;
+	lb_str_t lock;
+	lb_mode_t mode;
+	int64_t fence;
+	int64_t ttl_ms;
+	int64_t count;
+} resp_acquired_t;
+json_t *resp_acquired(const json_t *id, const resp_acquired_t *a);
+
+json_t *resp_hello(const json_t *id, const char *server, int proto, const char *session);
+/* release: {"ok":true,"count":C} */
+json_t *resp_released(const json_t *id, int64_t count);
+/* extend: {"ok":true,"ttl_ms":T} */
+json_t *resp_extended(const json_t *id, int64_t ttl_ms);
+/* cancel: {"ok":true,"cancelled":B} */
+json_t *resp_cancelled(const json_t *id, bool cancelled);
+
+typedef struct resp_holder {
+	lb_mode_t mode;
+	int64_t ttl_ms;
+	int64_t count;
+	lb_str_t owner;
+	lb_str_t client;
+} resp_holder_t;
+
+typedef enum resp_lock_state {
+	RESP_STATE_FREE,
+	RESP_STATE_EXCLUSIVE,
+	RESP_STATE_SHARED,
+	RESP_STATE_SEMAPHORE,
+} resp_lock_state_t;
+
+typedef struct resp_inspect {
+	lb_str_t lock;
+	resp_lock_state_t state;
+	int64_t limit; /* 0 -> null */
+	const resp_holder_t *holders;
+	size_t nholders;
+	int64_t waiters;
+	bool has_fence;
+	int64_t fence; /* used when has_fence */
+} resp_inspect_t;
+json_t *resp_inspect(const json_t *id, const resp_inspect_t *in);
+
+typedef struct resp_lease {
+	const char *lease;
+	lb_str_t lock;
+	lb_mode_t mode;
+	int64_t ttl_ms;
+	int64_t count;
+	int64_t fence;
+} resp_lease_t;
+json_t *resp_leases(const json_t *id, const resp_lease_t *leases, size_t n);
+
+typedef struct resp_stats {
+	int64_t uptime_s;
+	int64_t connections;
+	int64_t sessions;
+	int64_t leases;
+	int64_t waiters;
+	int64_t acquired_total;
+	int64_t released_total;
+	int64_t timeouts_total;
+	int64_t lost_total;
+	bool redis_up;
+} resp_stats_t;
+json_t *resp_stats(const json_t *id, const resp_stats_t *s);
+
+/* {"event":"lost","lease":L,"lock":NAME,"reason":R} */
+json_t *resp_event_lost(const char *lease, lb_str_t lock, const char *reason);
+/* {"event":"shutdown","grace_ms":G} */
+json_t *resp_event_shutdown(int64_t grace_ms);
+
+/* Takes ownership of msg; returns a malloc'd line ending in "\n" and its
+ * length in *len. Aborts on out of memory. */
+char *resp_dump(json_t *msg, size_t *len);
+
+#endif
