@@ -22,6 +22,7 @@ SAN_FLAGS   := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-
 SAN_CFLAGS  := $(BASE_CFLAGS) -O1 -g $(SAN_FLAGS)
 
 LIB_SRCS  := $(wildcard protocol/*.c) $(wildcard broker/*.c)
+LUA_PRELUDE := lua/lib/prelude.lua
 LUA_SRCS  := $(sort $(wildcard lua/*.lua))
 GEN_SRC   := build/gen/lua_scripts.c
 UNIT_SRCS := $(wildcard tests/unit/*.c)
@@ -37,9 +38,9 @@ deps:
 	@sh deploy/install-deps.sh
 
 # ---- generated: Lua scripts embedded as C arrays --------------------------
-$(GEN_SRC): $(LUA_SRCS) deploy/embed-lua.sh
+$(GEN_SRC): $(LUA_PRELUDE) $(LUA_SRCS) deploy/embed-lua.sh
 	@mkdir -p build/gen
-	sh deploy/embed-lua.sh $@ $(LUA_SRCS)
+	sh deploy/embed-lua.sh $@ $(LUA_PRELUDE) $(LUA_SRCS)
 
 # ---- objects ---------------------------------------------------------------
 build/rel/gen/lua_scripts.o: $(GEN_SRC)

@@ -16,4 +16,21 @@ struct script_src {
 extern const struct script_src script_sources[];
 extern const size_t script_source_count;
 
+/* The scripts the broker calls, by name; scripts_init() checks that every
+ * one of them was embedded. */
+typedef enum script_id {
+	SCRIPT_ACQUIRE,
+	SCRIPT_EXTEND,
+	SCRIPT_INSPECT,
+	SCRIPT_LEASE_INDEX,
+	SCRIPT_REENTER,
+	SCRIPT_RELEASE,
+	SCRIPT__COUNT
+} script_id_t;
+
+/* The embedded source of a script (its prelude included). */
+const struct script_src *script_get(script_id_t id);
+/* Aborts when a script is missing: a build problem, not a run-time one. */
+void scripts_init(void);
+
 #endif

@@ -1,0 +1,150 @@
+/*
+ * broker.c - the broker's lifecycle: start, signals, graceful shutdown.
+ *
+ * Shutdown (SIGTERM/SIGINT): RUNNING -> DRAINING: listeners close, every
+ * session gets {"event":"shutdown","grace_ms":G}, new acquires answer
+ * shutting_down. After G ms, or as soon as no session is left, STOPPING:
+ * the remaining sessions are closed (their leases released, pipelined), the
+ * Redis pool disconnects after its pending replies, and every handle is
+ * closed so uv_run returns. A second signal exits at once.
+ */
+#include "broker/broker.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "broker/lease.h"
+#include "broker/listener.h"
+#include "broker/log.h"
+#include "broker/rpool.h"
+#include "broker/scripts.h"
+#include "broker/session.h"
+#include "protocol/resp.h"
+
+struct broker server;
+
+void broker_random_hex(char *buf, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char raw[64];
+	size_t got = 0;
+
+	REQUIRE(n <= sizeof(raw));
+	while (got < n) {
+		ssize_t r = getrandom(raw + got, n - got, 0);
+		if (r < 0) {
+			REQUIRE(errno == EINTR);
+			continue;
+		}
+		got += (size_t)r;
+	}
+	for (size_t k = 0; k < n; k++) {
+		buf[2 * k] = hex[raw[k] >> 4];
+		buf[2 * k + 1] = hex[raw[k] & 15];
+	}
+	buf[2 * n] = '\0';
+}
+
+static void finish(void)
+{
+	session_t *s, *next;
+
+	if (server.state == BROKER_STOPPING)
+		return;
+	server.state = BROKER_STOPPING;
+	timer_cancel(&server.grace);
+	for (s = server.sessions; s; s = next) {
+		next = s->next;
+		session_close(s, "broker stopping");
+	}
+	rpool_close();
+	uv_close((uv_handle_t *)&server.sigterm, NULL);
+	uv_close((uv_handle_t *)&server.sigint, NULL);
+	timers_close();
+	LOG(LOG_INFO, "msg=\"stopped\"");
+}
+
+static void on_grace(timer_ent_t *t)
+{
+	(void)t;
+	LOG(LOG_INFO, "msg=\"shutdown grace over\" sessions=%zu", server.nsessions);
+	finish();
+}
+
+void broker_session_gone(void)
+{
+	if (server.state == BROKER_DRAINING && server.nsessions == 0)
+		finish();
+}
+
+void broker_shutdown(void)
+{
+	if (server.state != BROKER_RUNNING)
+		return;
+	server.state = BROKER_DRAINING;
+	LOG(LOG_INFO, "msg=\"shutting down\" grace_ms=%lld sessions=%zu",
+	    (long long)server.cfg->shutdown_grace_ms, server.nsessions);
+	listeners_close();
+	for (session_t *s = server.sessions; s; s = s->next)
+		session_send(s, resp_event_shutdown(server.cfg->shutdown_grace_ms));
+	if (server.nsessions == 0) {
+		finish();
+		return;
+	}
+	timer_at(&server.grace, timers_now() + (uint64_t)server.cfg->shutdown_grace_ms);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	(void)h;
+	if (server.state != BROKER_RUNNING) {
+		LOG(LOG_WARN, "msg=\"second signal: exiting now\" signal=%d", signum);
+		_exit(1);
+	}
+	LOG(LOG_INFO, "msg=\"signal received\" signal=%d", signum);
+	broker_shutdown();
+}
+
+static void on_redis_up(void)
+{
+	LOG(LOG_INFO, "msg=\"ready\" broker=%s", server.id);
+}
+
+int broker_start(uv_loop_t *loop, const lb_config_t *cfg)
+{
+	memset(&server, 0, sizeof(server));
+	server.loop = loop;
+	server.cfg = cfg;
+	server.state = BROKER_RUNNING;
+	broker_random_hex(server.id, 8);
+	log_threshold = cfg->log_level;
+	scripts_init();
+	timers_init(loop);
+	server.started_ms = timers_now();
+	timer_init(&server.grace, on_grace);
+
+	signal(SIGPIPE, SIG_IGN);
+	uv_signal_init(loop, &server.sigterm);
+	uv_signal_init(loop, &server.sigint);
+	uv_signal_start(&server.sigterm, on_signal, SIGTERM);
+	uv_signal_start(&server.sigint, on_signal, SIGINT);
+
+	if (listeners_open(loop) < 0) {
+		uv_close((uv_handle_t *)&server.sigterm, NULL);
+		uv_close((uv_handle_t *)&server.sigint, NULL);
+		timers_close();
+		return -1;
+	}
+	rpool_init(loop, &cfg->redis, cfg->pool, on_redis_up);
+	LOG(LOG_INFO, "msg=\"started\" version=%s broker=%s pool=%d", LOCKBROKER_VERSION, server.id,
+	    cfg->pool);
+	return 0;
+}
+
+void broker_free(void)
+{
+	lease_table_free();
+}

@@ -1,0 +1,239 @@
+/*
+ * lease.c - the lease table: lookup by token and by (session, lock, owner),
+ * creation, and the ways a lease ends (see lease.h).
+ *
+ * Ownership: the table does not own leases; each lease is owned by its
+ * session's list and freed by lease_free() after it left both indexes, the
+ * session's list and the timer heap. Asynchronous operations never keep a
+ * lease pointer: they keep the token and look the lease up again when the
+ * reply comes, so a lease freed in between is simply not found.
+ */
+#include "broker/lease.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker/broker.h"
+#include "broker/log.h"
+#include "broker/rpool.h"
+#include "broker/session.h"
+#include "broker/watchdog.h"
+#include "protocol/resp.h"
+
+static htab_t by_token;
+static htab_t by_holder;
+
+struct holder_key {
+	const struct session *s;
+	const char *lock;
+	size_t lock_len;
+	const char *owner;
+	size_t owner_len;
+};
+
+static uint32_t token_hash(const char *token, size_t len)
+{
+	return htab_hash(HTAB_HASH_INIT, token, len);
+}
+
+static uint32_t holder_hash(const struct holder_key *k)
+{
+	uint32_t h = htab_hash(HTAB_HASH_INIT, &k->s, sizeof(k->s));
+
+	h = htab_hash(h, k->lock, k->lock_len);
+	h = htab_hash(h, "\0", 1);
+	return htab_hash(h, k->owner, k->owner_len);
+}
+
+static bool token_match(const htab_node_t *n, const void *key)
+{
+	const lease_t *l = (const lease_t *)((const char *)n - offsetof(lease_t, by_token));
+	const lb_str_t *t = key;
+
+	return t->len == LEASE_TOKEN_LEN && memcmp(l->token, t->ptr, LEASE_TOKEN_LEN) == 0;
+}
+
+static bool holder_match(const htab_node_t *n, const void *key)
+{
+	const lease_t *l = (const lease_t *)((const char *)n - offsetof(lease_t, by_holder));
+	const struct holder_key *k = key;
+
+	return l->session == k->s && l->lock_len == k->lock_len &&
+	       memcmp(l->lock, k->lock, k->lock_len) == 0 && l->owner_len == k->owner_len &&
+	       memcmp(l->owner, k->owner, k->owner_len) == 0;
+}
+
+lease_t *lease_new(struct session *s, const char *token, const char *lock, size_t lock_len,
+                   const char *owner, size_t owner_len, lb_mode_t mode, int64_t fence,
+                   int64_t ttl_ms, int64_t ttl_granted, bool watchdog,
+                   int64_t max_hold_ms, uint64_t sent_at)
+{
+	lease_t *l = xcalloc(1, sizeof(*l));
+	struct holder_key k;
+
+	memcpy(l->token, token, LEASE_TOKEN_LEN);
+	l->token[LEASE_TOKEN_LEN] = '\0';
+	l->lock = xstrndup(lock, lock_len);
+	l->lock_len = lock_len;
+	l->route = rpool_route(lock, lock_len);
+	l->owner = xstrndup(owner, owner_len);
+	l->owner_len = owner_len;
+	l->mode = mode;
+	l->fence = fence;
+	l->ttl_ms = ttl_ms;
+	l->count = 1;
+	l->watchdog = watchdog;
+	l->session = s;
+	timer_init(&l->tick, watchdog_on_tick);
+	timer_init(&l->max_hold, watchdog_on_max_hold);
+
+	htab_insert(&by_token, &l->by_token, token_hash(l->token, LEASE_TOKEN_LEN));
+	k = (struct holder_key){s, l->lock, lock_len, l->owner, owner_len};
+	htab_insert(&by_holder, &l->by_holder, holder_hash(&k));
+
+	l->s_next = s->leases;
+	if (s->leases)
+		s->leases->s_prev = l;
+	s->leases = l;
+	s->nleases++;
+	server.nleases++;
+
+	if (max_hold_ms > 0)
+		timer_at(&l->max_hold, sent_at + (uint64_t)max_hold_ms);
+	lease_confirmed(l, sent_at, ttl_granted);
+	return l;
+}
+
+static void lease_free(lease_t *l)
+{
+	struct session *s = l->session;
+
+	timer_cancel(&l->tick);
+	timer_cancel(&l->max_hold);
+	htab_remove(&by_token, &l->by_token);
+	htab_remove(&by_holder, &l->by_holder);
+	if (l->s_prev)
+		l->s_prev->s_next = l->s_next;
+	else
+		s->leases = l->s_next;
+	if (l->s_next)
+		l->s_next->s_prev = l->s_prev;
+	s->nleases--;
+	server.nleases--;
+	free(l->lock);
+	free(l->owner);
+	free(l);
+}
+
+lease_t *lease_find(const char *token, size_t len)
+{
+	lb_str_t key = {token, len};
+	htab_node_t *n = htab_find(&by_token, token_hash(token, len), token_match, &key);
+
+	return n ? (lease_t *)((char *)n - offsetof(lease_t, by_token)) : NULL;
+}
+
+lease_t *lease_find_held(const struct session *s, const char *lock, size_t lock_len,
+                         const char *owner, size_t owner_len)
+{
+	struct holder_key k = {s, lock, lock_len, owner, owner_len};
+	htab_node_t *n = htab_find(&by_holder, holder_hash(&k), holder_match, &k);
+
+	return n ? (lease_t *)((char *)n - offsetof(lease_t, by_holder)) : NULL;
+}
+
+void lease_confirmed(lease_t *l, uint64_t sent_at, int64_t ms_left)
+{
+	l->expires_at = sent_at + (uint64_t)(ms_left > 0 ? ms_left : 0);
+	watchdog_schedule(l, sent_at);
+}
+
+void lease_lock_keys(const char *lock, size_t lock_len, char *buf,
+                     const char *argv[3], size_t argvlen[3])
+{
+	static const char suffix[3] = {'h', 'i', 'f'};
+	const char *prefix = server.cfg->prefix;
+	size_t plen = strlen(prefix);
+
+	for (int k = 0; k < 3; k++) {
+		char *p = buf;
+		memcpy(p, prefix, plen);
+		p += plen;
+		*p++ = '{';
+		memcpy(p, lock, lock_len);
+		p += lock_len;
+		*p++ = '}';
+		*p++ = ':';
+		*p++ = suffix[k];
+		argv[k] = buf;
+		argvlen[k] = (size_t)(p - buf);
+		buf = p;
+	}
+}
+
+static void on_released_quietly(const redisReply *reply, void *priv)
+{
+	(void)priv;
+	if (rpool_reply_failed(reply))
+		LOG(LOG_WARN, "msg=\"release after session end failed; the lease ends by its TTL\" err=\"%.200s\"",
+		    reply ? reply->str : "no reply");
+}
+
+void lease_release_in_redis(const char *lock, size_t lock_len, const char *token)
+{
+	char keybuf[LEASE_KEYS_BUF];
+	const char *argv[6];
+	size_t argvlen[6];
+
+	lease_lock_keys(lock, lock_len, keybuf, argv, argvlen);
+	argv[3] = token;
+	argvlen[3] = LEASE_TOKEN_LEN;
+	argv[4] = LB_FENCE_RETENTION_STR;
+	argvlen[4] = strlen(LB_FENCE_RETENTION_STR);
+	argv[5] = "1";
+	argvlen[5] = 1;
+	if (rpool_eval(rpool_route(lock, lock_len), SCRIPT_RELEASE, 3, 6, argv, argvlen,
+	               on_released_quietly, NULL) < 0) {
+		char tb[LOG_TOKEN_LEN];
+		LOG(LOG_WARN, "msg=\"redis down: lease left to expire by its TTL\" lease=%s",
+		    log_token(token, tb));
+	}
+}
+
+void lease_lost(lease_t *l, const char *reason)
+{
+	struct session *s = l->session;
+	char tb[LOG_TOKEN_LEN];
+
+	LOG(LOG_INFO, "msg=\"lease lost\" session=%s lease=%s reason=%s", s->name,
+	    log_token(l->token, tb), reason);
+	server.stats.lost_total++;
+	session_send(s, resp_event_lost(l->token, (lb_str_t){l->lock, l->lock_len}, reason));
+	if (strcmp(reason, "gone") != 0)
+		lease_release_in_redis(l->lock, l->lock_len, l->token);
+	lease_free(l);
+}
+
+void lease_drop(lease_t *l)
+{
+	server.stats.released_total++;
+	lease_free(l);
+}
+
+void lease_release_now(lease_t *l)
+{
+	lease_release_in_redis(l->lock, l->lock_len, l->token);
+	lease_drop(l);
+}
+
+size_t lease_count(void)
+{
+	return by_token.count;
+}
+
+void lease_table_free(void)
+{
+	FAILS_ASSERT(by_token.count == 0);
+	htab_free(&by_token);
+	htab_free(&by_holder);
+}

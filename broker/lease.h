@@ -1,0 +1,97 @@
+/*
+ * lease.h - the leases held by this broker's sessions, and their watchdog.
+ *
+ * A lease is found by its token (any session may release or extend it) and
+ * by (session, lock, owner) for reentrancy. Each lease has one timer entry
+ * that is either its next renewal (watchdog) or its expiry check, and one
+ * for its max-hold deadline.
+ *
+ * expires_at is the broker's conservative view of the lease's end: the
+ * local time at which the last successful acquire, renewal or extend was
+ * *sent*, plus the lifetime Redis granted. Redis started counting later, so
+ * the holder is always told it lost the lease before Redis can give the lock
+ * to anyone else.
+ *
+ * Detached leases are not in this table: they live in Redis only.
+ */
+#ifndef LB_BROKER_LEASE_H
+#define LB_BROKER_LEASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "broker/htab.h"
+#include "broker/timers.h"
+#include "protocol/req.h"
+
+#define LEASE_TOKEN_LEN 32 /* 128 random bits in lowercase hex */
+#define LEASE_RETRY_MS 1000 /* renewal retry after a failure, at most */
+
+struct session;
+
+typedef struct lease {
+	htab_node_t by_token;
+	htab_node_t by_holder; /* (session, lock, owner) */
+	char token[LEASE_TOKEN_LEN + 1];
+	char *lock; /* NUL-terminated copy; lock names hold no NUL */
+	size_t lock_len;
+	uint32_t route;
+	char *owner; /* may hold NUL bytes: use owner_len */
+	size_t owner_len;
+	lb_mode_t mode;
+	int64_t fence;
+	int64_t ttl_ms; /* lifetime the watchdog renews to */
+	int64_t count;  /* reentrancy count */
+	bool watchdog;
+	bool renewing; /* a renewal is in flight */
+
+	struct session *session;
+	struct lease *s_prev, *s_next; /* the session's list */
+
+	uint64_t expires_at;
+	timer_ent_t tick;
+	timer_ent_t max_hold;
+} lease_t;
+
+/* Creates a lease held by s, granted by Redis with ttl_granted when the
+ * acquire was sent at sent_at; starts its timers. Takes no ownership of the
+ * strings (copies them). */
+lease_t *lease_new(struct session *s, const char *token, const char *lock, size_t lock_len,
+                   const char *owner, size_t owner_len, lb_mode_t mode, int64_t fence,
+                   int64_t ttl_ms, int64_t ttl_granted, bool watchdog,
+                   int64_t max_hold_ms, uint64_t sent_at);
+
+lease_t *lease_find(const char *token, size_t len);
+lease_t *lease_find_held(const struct session *s, const char *lock, size_t lock_len,
+                         const char *owner, size_t owner_len);
+
+/* Redis confirmed ms_left of lifetime for a command sent at sent_at. */
+void lease_confirmed(lease_t *l, uint64_t sent_at, int64_t ms_left);
+
+/* Reports the lease lost to its session ("expired", "gone",
+ * "redis_unavailable", "max_hold"), releases it in Redis unless it is gone
+ * there already, and frees it. */
+void lease_lost(lease_t *l, const char *reason);
+/* The lease ended normally (released); frees it. */
+void lease_drop(lease_t *l);
+/* Releases every reentrancy level in Redis without waiting for the answer,
+ * then frees the lease (session end, shutdown). */
+void lease_release_now(lease_t *l);
+
+/* Builds the lock's three keys into buf (at least LEASE_KEYS_BUF bytes):
+ * argv[0..2] = holders, info, fence. */
+#define LEASE_KEYS_BUF (3 * (64 + 512 + 8))
+void lease_lock_keys(const char *lock, size_t lock_len, char *buf,
+                     const char *argv[3], size_t argvlen[3]);
+
+/* Frees every level of a holder in Redis; the answer is not awaited (a
+ * failure is logged: the holder then ends by its TTL). */
+void lease_release_in_redis(const char *lock, size_t lock_len, const char *token);
+
+/* The number of leases in the table. */
+size_t lease_count(void);
+/* Frees the table's memory at exit; every lease must be gone. */
+void lease_table_free(void);
+
+#endif

@@ -1,0 +1,573 @@
+/*
+ * lockops.c - acquire, release, extend and inspect (see lockops.h).
+ *
+ * Every asynchronous op carries an op_ctx_t: a session reference (taken by
+ * session_op_begin, dropped by session_op_end), a new reference to the
+ * request id, and copies of what the reply needs. A reply that arrives after
+ * the session closed answers nobody, and a lock granted to a closed session
+ * is released at once.
+ *
+ * Leases are looked up again by token when a reply comes: the lease may
+ * have been released, lost or freed with its session meanwhile.
+ *
+ * Detached leases live in Redis only. Their token -> lock name pointer
+ * (lua/lease_index.lua) lets any session on any broker release or extend
+ * them: one more round trip, paid only by tokens this broker does not hold.
+ */
+#include "broker/lockops.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker/broker.h"
+#include "broker/lease.h"
+#include "broker/log.h"
+#include "broker/rpool.h"
+#include "broker/session.h"
+#include "protocol/resp.h"
+
+typedef struct op_ctx {
+	session_t *s;
+	json_t *id; /* own reference, or NULL */
+	uint64_t sent_at;
+	char token[LEASE_TOKEN_LEN + 1];
+	char *lock; /* owned copy */
+	size_t lock_len;
+	char *owner; /* owned copy */
+	size_t owner_len;
+	lb_mode_t mode;
+	int64_t ttl_ms;
+	int64_t max_hold_ms;
+	bool watchdog;
+	bool detach;
+} op_ctx_t;
+
+static op_ctx_t *ctx_new(session_t *s, const json_t *id)
+{
+	op_ctx_t *c = xcalloc(1, sizeof(*c));
+
+	c->s = s;
+	c->id = id ? json_incref((json_t *)id) : NULL;
+	c->sent_at = timers_now();
+	session_op_begin(s);
+	return c;
+}
+
+static void ctx_set_lock(op_ctx_t *c, const char *lock, size_t len)
+{
+	free(c->lock);
+	c->lock = xstrndup(lock, len);
+	c->lock_len = len;
+}
+
+/* Ends the op: the session may read on; frees the context. */
+static void ctx_done(op_ctx_t *c)
+{
+	session_t *s = c->s;
+
+	json_decref(c->id);
+	free(c->lock);
+	free(c->owner);
+	free(c);
+	session_op_end(s);
+}
+
+static void ctx_fail(op_ctx_t *c, lb_err_t code, const char *message)
+{
+	session_send_error(c->s, c->id, code, message);
+	ctx_done(c);
+}
+
+/* The message of a failed reply, for logs and the unavailable answer. */
+static const char *failure_text(const redisReply *r)
+{
+	return r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply from Redis";
+}
+
+static void fail_unavailable(op_ctx_t *c, const redisReply *r)
+{
+	LOG(LOG_WARN, "msg=\"redis command failed\" session=%s err=\"%.200s\"", c->s->name, failure_text(r));
+	ctx_fail(c, LB_E_UNAVAILABLE, "Redis did not answer the request");
+}
+
+/* Element k of an array reply as an integer; false when it is not one. */
+static bool reply_int(const redisReply *r, size_t k, int64_t *out)
+{
+	if (!r || r->type != REDIS_REPLY_ARRAY || k >= r->elements ||
+	    r->element[k]->type != REDIS_REPLY_INTEGER)
+		return false;
+	*out = r->element[k]->integer;
+	return true;
+}
+
+static bool token_valid(lb_str_t t)
+{
+	if (t.len != LEASE_TOKEN_LEN)
+		return false;
+	for (size_t k = 0; k < t.len; k++) {
+		char ch = t.ptr[k];
+		if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')))
+			return false;
+	}
+	return true;
+}
+
+static int eval_lock(op_ctx_t *c, script_id_t script, int nargs, const char *const *args,
+                     const size_t *arglens, rpool_fn fn)
+{
+	char keybuf[LEASE_KEYS_BUF];
+	const char *argv[3 + 8];
+	size_t argvlen[3 + 8];
+
+	REQUIRE(nargs <= 8);
+	lease_lock_keys(c->lock, c->lock_len, keybuf, argv, argvlen);
+	for (int k = 0; k < nargs; k++) {
+		argv[3 + k] = args[k];
+		argvlen[3 + k] = arglens[k];
+	}
+	c->sent_at = timers_now();
+	return rpool_eval(rpool_route(c->lock, c->lock_len), script, 3, 3 + nargs, argv, argvlen, fn, c);
+}
+
+/* The token -> name pointer of a detached lease (lua/lease_index.lua). */
+static int eval_index(const char *token, const char *op, const char *arg1, const char *arg2,
+                      rpool_fn fn, void *priv)
+{
+	const char *prefix = server.cfg->prefix;
+	char key[64 + 16 + LEASE_TOKEN_LEN];
+	const char *argv[4];
+	size_t argvlen[4];
+	int n = 2;
+
+	argvlen[0] = (size_t)snprintf(key, sizeof(key), "%slease:{%s}", prefix, token);
+	argv[0] = key;
+	argv[1] = op;
+	argvlen[1] = strlen(op);
+	if (arg1) {
+		argv[n] = arg1;
+		argvlen[n++] = strlen(arg1);
+	}
+	if (arg2) {
+		argv[n] = arg2;
+		argvlen[n++] = strlen(arg2);
+	}
+	return rpool_eval(rpool_route(token, LEASE_TOKEN_LEN), SCRIPT_LEASE_INDEX, 1, n, argv, argvlen,
+	                  fn, priv);
+}
+
+static void on_index_quiet(const redisReply *r, void *priv)
+{
+	(void)priv;
+	if (rpool_reply_failed(r))
+		LOG(LOG_WARN, "msg=\"lease index update failed\" err=\"%.200s\"", failure_text(r));
+}
+
+/* ---- acquire ------------------------------------------------------------ */
+
+static void send_acquire(op_ctx_t *c);
+
+static void answer_acquired(op_ctx_t *c, const char *token, int64_t fence, int64_t ttl_ms,
+                            int64_t count)
+{
+	resp_acquired_t a = {
+		.lease = token,
+		.lock = {c->lock, c->lock_len},
+		.mode = c->mode,
+		.fence = fence,
+		.ttl_ms = ttl_ms,
+		.count = count,
+	};
+
+	session_send(c->s, resp_acquired(c->id, &a));
+}
+
+static void on_acquired(const redisReply *r, void *priv)
+{
+	op_ctx_t *c = priv;
+	session_t *s = c->s;
+	int64_t status, a, b = 0;
+	char tb[LOG_TOKEN_LEN];
+
+	if (rpool_reply_failed(r)) {
+		fail_unavailable(c, r);
+		return;
+	}
+	if (!reply_int(r, 0, &status) || !reply_int(r, 1, &a) || (status == 1 && !reply_int(r, 2, &b))) {
+		ctx_fail(c, LB_E_INTERNAL, "unexpected reply from the acquire script");
+		return;
+	}
+	if (status == 0) {
+		server.stats.timeouts_total++;
+		ctx_fail(c, LB_E_TIMEOUT, "the lock is held");
+		return;
+	}
+	if (status < 0) {
+		ctx_fail(c, LB_E_CONFLICT, NULL);
+		return;
+	}
+	server.stats.acquired_total++;
+	if (!session_open(s)) {
+		/* Nobody will ever learn this token: give the lock back now. */
+		lease_release_in_redis(c->lock, c->lock_len, c->token);
+		server.stats.released_total++;
+		ctx_done(c);
+		return;
+	}
+	if (!c->detach) {
+		lease_new(s, c->token, c->lock, c->lock_len, c->owner, c->owner_len, c->mode, a,
+		          c->ttl_ms, b, c->watchdog, c->max_hold_ms, c->sent_at);
+	}
+	LOG(LOG_DEBUG, "msg=\"acquired\" session=%s lease=%s fence=%" PRId64 "%s", s->name,
+	    log_token(c->token, tb), a, c->detach ? " detached=1" : "");
+	answer_acquired(c, c->token, a, c->ttl_ms, 1);
+	ctx_done(c);
+}
+
+static void send_acquire(op_ctx_t *c)
+{
+	char ttl[24], max_hold[24];
+	const char *mode = c->mode == LB_MODE_SHARED ? "s" : c->mode == LB_MODE_PERMIT ? "p" : "x";
+	const char *client = c->s->client ? c->s->client : "";
+	const char *args[8] = {c->token, mode, "0", ttl, c->owner, client, max_hold,
+	                       LB_FENCE_RETENTION_STR};
+	size_t lens[8];
+
+	broker_random_hex(c->token, LEASE_TOKEN_LEN / 2);
+	lens[0] = LEASE_TOKEN_LEN;
+	lens[1] = 1;
+	lens[2] = 1;
+	lens[3] = (size_t)snprintf(ttl, sizeof(ttl), "%" PRId64, c->ttl_ms);
+	lens[4] = c->owner_len;
+	lens[5] = c->s->client ? c->s->client_len : 0;
+	lens[6] = (size_t)snprintf(max_hold, sizeof(max_hold), "%" PRId64, c->max_hold_ms);
+	lens[7] = strlen(LB_FENCE_RETENTION_STR);
+
+	if (c->detach) {
+		/* Pointer first: it names the lock only, so it is harmless if the
+		 * acquire then fails, and it exists before anyone learns the token. */
+		char ms[24];
+		snprintf(ms, sizeof(ms), "%" PRId64, c->ttl_ms + LB_INDEX_MARGIN_MS);
+		if (eval_index(c->token, "set", c->lock, ms, on_index_quiet, NULL) < 0) {
+			ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
+			return;
+		}
+	}
+	if (eval_lock(c, SCRIPT_ACQUIRE, 8, args, lens, on_acquired) < 0)
+		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
+}
+
+static void on_reentered(const redisReply *r, void *priv)
+{
+	op_ctx_t *c = priv;
+	lease_t *l = lease_find(c->token, LEASE_TOKEN_LEN);
+	int64_t count, ms_left;
+
+	if (rpool_reply_failed(r)) {
+		fail_unavailable(c, r);
+		return;
+	}
+	if (!reply_int(r, 0, &count) || !reply_int(r, 1, &ms_left)) {
+		ctx_fail(c, LB_E_INTERNAL, "unexpected reply from the reenter script");
+		return;
+	}
+	if (count < 0) {
+		/* Redis no longer holds it: the old lease is lost; this acquire
+		 * goes on as a fresh one. */
+		if (l)
+			lease_lost(l, "gone");
+		if (!session_open(c->s)) {
+			ctx_done(c);
+			return;
+		}
+		send_acquire(c);
+		return;
+	}
+	if (!l) {
+		/* Ended by another session's release in between: no lease to give. */
+		ctx_fail(c, LB_E_NOT_HELD, "the lease ended while it was re-entered");
+		return;
+	}
+	l->count = count;
+	c->mode = l->mode;
+	answer_acquired(c, l->token, l->fence, l->ttl_ms, count);
+	ctx_done(c);
+}
+
+void lockops_acquire(session_t *s, req_t *req)
+{
+	const req_acquire_t *a = &req->u.acquire;
+	lease_t *held;
+	op_ctx_t *c;
+
+	if (a->limit > 0) {
+		session_send_error(s, req->id, LB_E_INVALID_ARGUMENT,
+		                   "field 'limit': semaphores are not supported yet");
+		return;
+	}
+	if (a->mode == LB_MODE_SHARED) {
+		session_send_error(s, req->id, LB_E_INVALID_ARGUMENT,
+		                   "field 'mode': shared locks are not supported yet");
+		return;
+	}
+	if (a->wait_ms != 0) {
+		session_send_error(s, req->id, LB_E_INVALID_ARGUMENT,
+		                   "field 'wait_ms': waiting acquires are not supported yet; give wait_ms 0");
+		return;
+	}
+	if (server.state != BROKER_RUNNING) {
+		session_send_error(s, req->id, LB_E_SHUTTING_DOWN, NULL);
+		return;
+	}
+
+	held = a->detach ? NULL : lease_find_held(s, a->lock.ptr, a->lock.len, a->owner.ptr, a->owner.len);
+	if (held && held->mode == LB_MODE_SHARED && a->mode == LB_MODE_EXCLUSIVE) {
+		session_send_error(s, req->id, LB_E_UPGRADE_UNSUPPORTED, NULL);
+		return;
+	}
+	if (!held && !a->detach && (int64_t)s->nleases >= server.cfg->max_leases_per_session) {
+		session_send_error(s, req->id, LB_E_LIMIT_EXCEEDED, "too many leases in this session");
+		return;
+	}
+
+	c = ctx_new(s, req->id);
+	ctx_set_lock(c, a->lock.ptr, a->lock.len);
+	c->owner = xstrndup(a->owner.ptr, a->owner.len);
+	c->owner_len = a->owner.len;
+	c->mode = a->mode;
+	c->ttl_ms = a->ttl_ms > 0 ? a->ttl_ms : server.cfg->default_ttl_ms;
+	c->max_hold_ms = a->max_hold_ms;
+	c->watchdog = a->watchdog;
+	c->detach = a->detach;
+
+	if (held) {
+		const char *args[1] = {held->token};
+		size_t lens[1] = {LEASE_TOKEN_LEN};
+		memcpy(c->token, held->token, sizeof(c->token));
+		if (eval_lock(c, SCRIPT_REENTER, 1, args, lens, on_reentered) < 0)
+			ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
+		return;
+	}
+	send_acquire(c);
+}
+
+/* ---- release and extend: local leases and detached ones ----------------- */
+
+/* After the lock name of a detached token is known: the lock script. */
+typedef void (*lock_step_fn)(op_ctx_t *c);
+
+static void on_release_reply(const redisReply *r, void *priv)
+{
+	op_ctx_t *c = priv;
+	lease_t *l = lease_find(c->token, LEASE_TOKEN_LEN);
+
+	if (rpool_reply_failed(r) || r->type != REDIS_REPLY_INTEGER) {
+		if (!rpool_reply_failed(r)) {
+			ctx_fail(c, LB_E_INTERNAL, "unexpected reply from the release script");
+			return;
+		}
+		fail_unavailable(c, r);
+		return;
+	}
+	if (r->integer < 0) {
+		if (l)
+			lease_lost(l, "gone");
+		ctx_fail(c, LB_E_NOT_HELD, NULL);
+		return;
+	}
+	if (r->integer == 0) {
+		if (l)
+			lease_drop(l);
+		else
+			server.stats.released_total++;
+		if (c->detach)
+			eval_index(c->token, "del", NULL, NULL, on_index_quiet, NULL);
+	} else if (l) {
+		l->count = r->integer;
+	}
+	session_send(c->s, resp_released(c->id, r->integer));
+	ctx_done(c);
+}
+
+static void release_step(op_ctx_t *c)
+{
+	const char *args[3] = {c->token, LB_FENCE_RETENTION_STR, "0"};
+	size_t lens[3] = {LEASE_TOKEN_LEN, strlen(LB_FENCE_RETENTION_STR), 1};
+
+	if (eval_lock(c, SCRIPT_RELEASE, 3, args, lens, on_release_reply) < 0)
+		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
+}
+
+static void on_extend_reply(const redisReply *r, void *priv)
+{
+	op_ctx_t *c = priv;
+	lease_t *l = lease_find(c->token, LEASE_TOKEN_LEN);
+
+	if (rpool_reply_failed(r) || r->type != REDIS_REPLY_INTEGER) {
+		if (!rpool_reply_failed(r)) {
+			ctx_fail(c, LB_E_INTERNAL, "unexpected reply from the extend script");
+			return;
+		}
+		fail_unavailable(c, r);
+		return;
+	}
+	if (r->integer < 0) {
+		if (l)
+			lease_lost(l, "gone");
+		ctx_fail(c, LB_E_NOT_HELD, NULL);
+		return;
+	}
+	if (l) {
+		l->ttl_ms = c->ttl_ms;
+		lease_confirmed(l, c->sent_at, r->integer);
+	}
+	session_send(c->s, resp_extended(c->id, r->integer));
+	ctx_done(c);
+}
+
+static void extend_step(op_ctx_t *c)
+{
+	char ttl[24];
+	const char *args[3] = {c->token, ttl, LB_FENCE_RETENTION_STR};
+	size_t lens[3] = {LEASE_TOKEN_LEN, 0, strlen(LB_FENCE_RETENTION_STR)};
+
+	lens[1] = (size_t)snprintf(ttl, sizeof(ttl), "%" PRId64, c->ttl_ms);
+	if (eval_lock(c, SCRIPT_EXTEND, 3, args, lens, on_extend_reply) < 0)
+		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
+}
+
+struct index_lookup {
+	op_ctx_t *c;
+	lock_step_fn step;
+};
+
+static void on_index_found(const redisReply *r, void *priv)
+{
+	struct index_lookup *q = priv;
+	op_ctx_t *c = q->c;
+	lock_step_fn step = q->step;
+
+	free(q);
+	if (rpool_reply_failed(r)) {
+		fail_unavailable(c, r);
+		return;
+	}
+	if (r->type != REDIS_REPLY_STRING || r->len == 0 || r->len > REQ_LOCK_MAX_BYTES) {
+		ctx_fail(c, LB_E_NOT_HELD, NULL);
+		return;
+	}
+	ctx_set_lock(c, r->str, r->len);
+	c->detach = true;
+	step(c);
+}
+
+/* Runs step on the lease's lock: at once for a lease of this broker, after
+ * looking up the lock name of a detached lease otherwise. */
+static void with_lease(session_t *s, req_t *req, lb_str_t token, int64_t ttl_ms, lock_step_fn step)
+{
+	lease_t *l;
+	op_ctx_t *c;
+
+	if (!token_valid(token)) {
+		session_send_error(s, req->id, LB_E_NOT_HELD, NULL);
+		return;
+	}
+	c = ctx_new(s, req->id);
+	memcpy(c->token, token.ptr, LEASE_TOKEN_LEN);
+	c->ttl_ms = ttl_ms;
+	l = lease_find(token.ptr, token.len);
+	if (l) {
+		ctx_set_lock(c, l->lock, l->lock_len);
+		step(c);
+		return;
+	}
+	{
+		struct index_lookup *q = xmalloc(sizeof(*q));
+		char ms[24];
+		snprintf(ms, sizeof(ms), "%" PRId64, ttl_ms > 0 ? ttl_ms + LB_INDEX_MARGIN_MS : 0);
+		q->c = c;
+		q->step = step;
+		if (eval_index(c->token, "get", ms, NULL, on_index_found, q) < 0) {
+			free(q);
+			ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
+		}
+	}
+}
+
+void lockops_release(session_t *s, req_t *req)
+{
+	with_lease(s, req, req->u.release.lease, 0, release_step);
+}
+
+void lockops_extend(session_t *s, req_t *req)
+{
+	with_lease(s, req, req->u.extend.lease, req->u.extend.ttl_ms, extend_step);
+}
+
+/* ---- inspect ------------------------------------------------------------ */
+
+static bool reply_str(const redisReply *e, lb_str_t *out)
+{
+	if (e->type != REDIS_REPLY_STRING)
+		return false;
+	*out = (lb_str_t){e->str, e->len};
+	return true;
+}
+
+static void on_inspected(const redisReply *r, void *priv)
+{
+	op_ctx_t *c = priv;
+	resp_inspect_t in = {.lock = {c->lock, c->lock_len}, .state = RESP_STATE_FREE};
+	resp_holder_t *holders = NULL;
+	int64_t limit, waiters;
+	size_t n;
+
+	if (rpool_reply_failed(r)) {
+		fail_unavailable(c, r);
+		return;
+	}
+	if (!reply_int(r, 0, &limit) || !reply_int(r, 2, &waiters) || (r->elements - 3) % 5 != 0)
+		goto bad;
+	n = (r->elements - 3) / 5;
+	if (r->element[1]->type == REDIS_REPLY_STRING) {
+		in.has_fence = true;
+		in.fence = strtoll(r->element[1]->str, NULL, 10);
+	}
+	holders = xcalloc(n, sizeof(*holders));
+	for (size_t k = 0; k < n; k++) {
+		const redisReply *const *e = (const redisReply *const *)&r->element[3 + 5 * k];
+		lb_str_t mode;
+		if (!reply_str(e[0], &mode) || mode.len != 1 || e[1]->type != REDIS_REPLY_INTEGER ||
+		    e[2]->type != REDIS_REPLY_INTEGER || !reply_str(e[3], &holders[k].owner) ||
+		    !reply_str(e[4], &holders[k].client))
+			goto bad;
+		holders[k].mode = mode.ptr[0] == 's' ? LB_MODE_SHARED
+		                : mode.ptr[0] == 'p' ? LB_MODE_PERMIT : LB_MODE_EXCLUSIVE;
+		holders[k].ttl_ms = e[1]->integer;
+		holders[k].count = e[2]->integer;
+		if (holders[k].mode == LB_MODE_EXCLUSIVE)
+			in.state = RESP_STATE_EXCLUSIVE;
+		else if (in.state == RESP_STATE_FREE)
+			in.state = holders[k].mode == LB_MODE_PERMIT ? RESP_STATE_SEMAPHORE : RESP_STATE_SHARED;
+	}
+	in.limit = limit;
+	in.holders = holders;
+	in.nholders = n;
+	in.waiters = waiters;
+	session_send(c->s, resp_inspect(c->id, &in));
+	free(holders);
+	ctx_done(c);
+	return;
+bad:
+	free(holders);
+	ctx_fail(c, LB_E_INTERNAL, "unexpected reply from the inspect script");
+}
+
+void lockops_inspect(session_t *s, req_t *req)
+{
+	op_ctx_t *c = ctx_new(s, req->id);
+
+	ctx_set_lock(c, req->u.inspect.lock.ptr, req->u.inspect.lock.len);
+	if (eval_lock(c, SCRIPT_INSPECT, 0, NULL, NULL, on_inspected) < 0)
+		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
+}

@@ -1,0 +1,113 @@
+/*
+ * log.c - leveled log lines on stderr and the allocation helpers that abort
+ * on out of memory. A line is written with one write(2) call so lines from
+ * one process never interleave.
+ */
+#include "broker/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+log_level_t log_threshold = LOG_INFO;
+
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+void log_write(log_level_t level, const char *fmt, ...)
+{
+	char line[2048];
+	struct timespec ts;
+	struct tm tm;
+	size_t n;
+	va_list ap;
+	int w;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	n = strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
+	w = snprintf(line + n, sizeof(line) - n, ".%03ldZ level=%s ",
+	             ts.tv_nsec / 1000000L, level_names[level & 3]);
+	n += (w > 0) ? (size_t)w : 0;
+	va_start(ap, fmt);
+	w = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
+	va_end(ap);
+	if (w < 0)
+		w = 0;
+	n += (size_t)w;
+	if (n > sizeof(line) - 2)
+		n = sizeof(line) - 2;
+	line[n++] = '\n';
+	if (write(STDERR_FILENO, line, n) < 0) {
+		/* Nowhere left to report it. */
+	}
+}
+
+const char *log_token(const char *token, char *buf)
+{
+	size_t n = strnlen(token, 8);
+
+	memcpy(buf, token, n);
+	memcpy(buf + n, "..", 3);
+	return buf;
+}
+
+const char *log_masked(const char *s, size_t len, char *buf, size_t max)
+{
+	size_t n = len < max ? len : max;
+
+	for (size_t k = 0; k < n; k++) {
+		unsigned char c = (unsigned char)s[k];
+		buf[k] = (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') ? (char)c : '?';
+	}
+	if (len > max) {
+		memcpy(buf + n, "...", 4);
+	} else {
+		buf[n] = '\0';
+	}
+	return buf;
+}
+
+_Noreturn void log_abort(const char *file, int line, const char *cond)
+{
+	log_write(LOG_ERROR, "msg=\"invariant violated, aborting\" where=%s:%d cond=\"%s\"",
+	          file, line, cond);
+	abort();
+}
+
+void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+
+	if (!p)
+		log_abort(__FILE__, __LINE__, "out of memory");
+	return p;
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+
+	if (!p)
+		log_abort(__FILE__, __LINE__, "out of memory");
+	return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+	p = realloc(p, n ? n : 1);
+	if (!p)
+		log_abort(__FILE__, __LINE__, "out of memory");
+	return p;
+}
+
+char *xstrndup(const char *s, size_t n)
+{
+	char *p = xmalloc(n + 1);
+
+	memcpy(p, s, n);
+	p[n] = '\0';
+	return p;
+}

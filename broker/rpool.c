@@ -1,0 +1,347 @@
+/*
+ * rpool.c - Redis connection pool (see rpool.h).
+ *
+ * Each connection moves DOWN -> CONNECTING -> READY and back to DOWN when
+ * hiredis reports a failed connect or a disconnect; CLOSING is final. hiredis
+ * 0.14 frees the context itself after a failed connect or a disconnect, so
+ * the connect and disconnect callbacks clear our pointer, and nothing here
+ * frees a context hiredis owns. Every command is an rcmd_t that owns copies
+ * of its arguments until its callback ran.
+ *
+ * The handshake (AUTH, SELECT, SCRIPT LOAD of every script) is pipelined
+ * right after connecting; the connection is READY when its last reply came
+ * back without error. Commands are only accepted on READY connections.
+ */
+#include "broker/rpool.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/async.h>
+#include <hiredis/adapters/libuv.h>
+
+#include "broker/htab.h"
+#include "broker/log.h"
+#include "broker/timers.h"
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+#define MAX_CONNS 64
+
+typedef enum rconn_state {
+	RC_DOWN,
+	RC_CONNECTING,
+	RC_READY,
+	RC_CLOSING,
+} rconn_state_t;
+
+typedef struct rconn {
+	redisAsyncContext *ac; /* NULL when hiredis freed it */
+	rconn_state_t state;
+	int idx;
+	int handshake_left; /* replies still expected before READY */
+	bool handshake_failed;
+	uint32_t backoff_ms;
+	timer_ent_t retry;
+} rconn_t;
+
+typedef struct rcmd {
+	script_id_t script;
+	bool retried;
+	int argc;
+	const char **argv; /* argv[0] "EVALSHA", argv[1] the sha, argv[2] nkeys */
+	size_t *argvlen;
+	rpool_fn fn;
+	void *priv;
+} rcmd_t;
+
+static struct {
+	uv_loop_t *loop;
+	const redis_addr_t *addr;
+	rconn_t conns[MAX_CONNS];
+	int n;
+	size_t pending;
+	char sha[SCRIPT__COUNT][41];
+	uint32_t rand_state;
+	void (*on_up)(void);
+} P;
+
+static void rconn_connect(rconn_t *c);
+
+static uint32_t jitter(uint32_t ms)
+{
+	/* xorshift32: spreads reconnects of many brokers; not for secrets. */
+	uint32_t x = P.rand_state;
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	P.rand_state = x;
+	return ms - ms / 5 + x % (ms / 5 * 2 + 1); /* ms +- 20% */
+}
+
+static void on_retry(timer_ent_t *t)
+{
+	rconn_t *c = (rconn_t *)((char *)t - offsetof(rconn_t, retry));
+	rconn_connect(c);
+}
+
+static void schedule_retry(rconn_t *c)
+{
+	if (c->state == RC_CLOSING)
+		return;
+	c->state = RC_DOWN;
+	timer_at(&c->retry, timers_now() + jitter(c->backoff_ms));
+	c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+	rconn_t *c = ac->data;
+
+	if (status != REDIS_OK) {
+		LOG(LOG_WARN, "msg=\"redis connect failed\" conn=%d err=\"%s\"", c->idx, ac->errstr);
+		c->ac = NULL; /* hiredis frees it after this callback */
+		schedule_retry(c);
+	}
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+	rconn_t *c = ac->data;
+	bool was_ready = c->state == RC_READY;
+
+	c->ac = NULL;
+	if (c->state == RC_CLOSING)
+		return;
+	if (was_ready || status != REDIS_OK)
+		LOG(LOG_WARN, "msg=\"redis connection lost\" conn=%d err=\"%s\"", c->idx,
+		    status == REDIS_OK ? "closed" : ac->errstr);
+	schedule_retry(c);
+}
+
+static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
+{
+	rconn_t *c = ac->data;
+	redisReply *reply = r;
+	intptr_t step = (intptr_t)priv; /* -1 AUTH/SELECT, else a script id */
+
+	if (!reply)
+		return; /* the connection went away; on_disconnect handles it */
+	if (reply->type == REDIS_REPLY_ERROR) {
+		if (!c->handshake_failed)
+			LOG(LOG_ERROR, "msg=\"redis handshake failed\" conn=%d err=\"%.200s\"", c->idx, reply->str);
+		c->handshake_failed = true;
+	} else if (step >= 0 && reply->type == REDIS_REPLY_STRING && reply->len == 40) {
+		memcpy(P.sha[step], reply->str, 40);
+		P.sha[step][40] = '\0';
+	}
+	if (--c->handshake_left > 0)
+		return;
+	if (c->handshake_failed) {
+		redisAsyncDisconnect(ac); /* on_disconnect schedules the retry */
+		return;
+	}
+	{
+		bool was_up = rpool_up();
+		c->state = RC_READY;
+		c->backoff_ms = BACKOFF_MIN_MS;
+		LOG(LOG_INFO, "msg=\"redis connected\" conn=%d", c->idx);
+		if (!was_up && P.on_up)
+			P.on_up();
+	}
+}
+
+static void send_script_load(redisAsyncContext *ac, redisCallbackFn *fn, void *priv, script_id_t id)
+{
+	const struct script_src *src = script_get(id);
+	const char *argv[3] = {"SCRIPT", "LOAD", src->text};
+	size_t argvlen[3] = {6, 4, src->len};
+
+	redisAsyncCommandArgv(ac, fn, priv, 3, argv, argvlen);
+}
+
+static void rconn_connect(rconn_t *c)
+{
+	const redis_addr_t *a = P.addr;
+	redisAsyncContext *ac;
+
+	ac = a->kind == URL_UNIX ? redisAsyncConnectUnix(a->path)
+	                         : redisAsyncConnect(a->host, a->port);
+	REQUIRE(ac != NULL);
+	if (ac->err) {
+		LOG(LOG_WARN, "msg=\"redis connect failed\" conn=%d err=\"%s\"", c->idx, ac->errstr);
+		redisAsyncFree(ac);
+		schedule_retry(c);
+		return;
+	}
+	if (redisLibuvAttach(ac, P.loop) != REDIS_OK) {
+		LOG(LOG_ERROR, "msg=\"cannot attach redis connection to the loop\" conn=%d", c->idx);
+		redisAsyncFree(ac);
+		schedule_retry(c);
+		return;
+	}
+	ac->data = c;
+	redisAsyncSetConnectCallback(ac, on_connect);
+	redisAsyncSetDisconnectCallback(ac, on_disconnect);
+	c->ac = ac;
+	c->state = RC_CONNECTING;
+	c->handshake_failed = false;
+	c->handshake_left = SCRIPT__COUNT;
+
+	/* hiredis buffers these until the socket is connected. */
+	if (a->password) {
+		const char *argv[2] = {"AUTH", a->password};
+		size_t argvlen[2] = {4, strlen(a->password)};
+		c->handshake_left++;
+		redisAsyncCommandArgv(ac, on_handshake, (void *)(intptr_t)-1, 2, argv, argvlen);
+	}
+	if (a->db != 0) {
+		c->handshake_left++;
+		redisAsyncCommand(ac, on_handshake, (void *)(intptr_t)-1, "SELECT %d", a->db);
+	}
+	for (int id = 0; id < SCRIPT__COUNT; id++)
+		send_script_load(ac, on_handshake, (void *)(intptr_t)id, id);
+}
+
+void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, void (*on_up)(void))
+{
+	REQUIRE(n >= 1 && n <= MAX_CONNS);
+	memset(&P, 0, sizeof(P));
+	P.loop = loop;
+	P.addr = addr;
+	P.n = n;
+	P.on_up = on_up;
+	P.rand_state = (uint32_t)uv_hrtime() | 1u;
+	for (int k = 0; k < n; k++) {
+		rconn_t *c = &P.conns[k];
+		c->idx = k;
+		c->state = RC_DOWN;
+		c->backoff_ms = BACKOFF_MIN_MS;
+		timer_init(&c->retry, on_retry);
+		rconn_connect(c);
+	}
+}
+
+void rpool_close(void)
+{
+	for (int k = 0; k < P.n; k++) {
+		rconn_t *c = &P.conns[k];
+		c->state = RC_CLOSING;
+		timer_cancel(&c->retry);
+		if (c->ac)
+			redisAsyncDisconnect(c->ac);
+	}
+}
+
+bool rpool_up(void)
+{
+	for (int k = 0; k < P.n; k++) {
+		if (P.conns[k].state == RC_READY)
+			return true;
+	}
+	return false;
+}
+
+size_t rpool_pending(void)
+{
+	return P.pending;
+}
+
+uint32_t rpool_route(const char *name, size_t len)
+{
+	return htab_hash(HTAB_HASH_INIT, name, len);
+}
+
+static rconn_t *pick(uint32_t route)
+{
+	for (int k = 0; k < P.n; k++) {
+		rconn_t *c = &P.conns[(route + (uint32_t)k) % (uint32_t)P.n];
+		if (c->state == RC_READY && c->ac)
+			return c;
+	}
+	return NULL;
+}
+
+static void rcmd_free(rcmd_t *cmd)
+{
+	free(cmd);
+}
+
+static void on_reply(redisAsyncContext *ac, void *r, void *priv);
+
+static int rcmd_send(rconn_t *c, rcmd_t *cmd)
+{
+	if (redisAsyncCommandArgv(c->ac, on_reply, cmd, cmd->argc, cmd->argv, cmd->argvlen) != REDIS_OK)
+		return -1;
+	return 0;
+}
+
+static void on_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+	redisReply *reply = r;
+	rcmd_t *cmd = priv;
+	rconn_t *c = ac->data;
+
+	if (reply && reply->type == REDIS_REPLY_ERROR && !cmd->retried &&
+	    strncmp(reply->str, "NOSCRIPT", 8) == 0 && c->state == RC_READY) {
+		/* Redis lost its scripts (restart, SCRIPT FLUSH): load and retry
+		 * once, pipelined on this same connection so the order holds. */
+		cmd->retried = true;
+		send_script_load(ac, NULL, NULL, cmd->script);
+		if (rcmd_send(c, cmd) == 0)
+			return;
+		reply = NULL;
+	}
+	P.pending--;
+	cmd->fn(reply, cmd->priv);
+	rcmd_free(cmd);
+}
+
+int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
+               const char *const *argv, const size_t *argvlen,
+               rpool_fn fn, void *priv)
+{
+	rconn_t *c = pick(route);
+	size_t bytes, total = 0;
+	rcmd_t *cmd;
+	char *p, nkeys_buf[16];
+	int n = argc + 3;
+
+	if (!c || !P.sha[script][0])
+		return -1;
+	for (int k = 0; k < argc; k++)
+		total += argvlen[k];
+	snprintf(nkeys_buf, sizeof(nkeys_buf), "%d", nkeys);
+	bytes = sizeof(*cmd) + (size_t)n * (sizeof(char *) + sizeof(size_t)) + total + 41 + 16;
+	cmd = xmalloc(bytes);
+	cmd->script = script;
+	cmd->retried = false;
+	cmd->argc = n;
+	cmd->argv = (const char **)(cmd + 1);
+	cmd->argvlen = (size_t *)(cmd->argv + n);
+	cmd->fn = fn;
+	cmd->priv = priv;
+	p = (char *)(cmd->argvlen + n);
+	cmd->argv[0] = "EVALSHA";
+	cmd->argvlen[0] = 7;
+	memcpy(p, P.sha[script], 41);
+	cmd->argv[1] = p;
+	cmd->argvlen[1] = 40;
+	p += 41;
+	memcpy(p, nkeys_buf, strlen(nkeys_buf) + 1);
+	cmd->argv[2] = p;
+	cmd->argvlen[2] = strlen(nkeys_buf);
+	p += 16;
+	for (int k = 0; k < argc; k++) {
+		memcpy(p, argv[k], argvlen[k]);
+		cmd->argv[k + 3] = p;
+		cmd->argvlen[k + 3] = argvlen[k];
+		p += argvlen[k];
+	}
+	if (rcmd_send(c, cmd) < 0) {
+		rcmd_free(cmd);
+		return -1;
+	}
+	P.pending++;
+	return 0;
+}

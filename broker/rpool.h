@@ -1,0 +1,61 @@
+/*
+ * rpool.h - the pool of async Redis connections that run the lock scripts.
+ *
+ * A fixed number of hiredis async connections on the broker's loop. Each
+ * command goes to the connection its route (a hash of the lock name) picks,
+ * so operations on one lock stay in order; when that connection is down the
+ * next ready one serves. Scripts are loaded with SCRIPT LOAD on every
+ * (re)connect and called with EVALSHA; a NOSCRIPT reply loads the script
+ * again and retries once. Lost connections come back with capped
+ * exponential backoff and jitter.
+ *
+ * Callbacks: fn(reply, priv) runs exactly once per accepted command. reply
+ * is NULL when the command failed without an answer (connection lost, pool
+ * closing); an error reply is passed through (rpool_reply_failed says so).
+ * The reply is only valid during the callback.
+ */
+#ifndef LB_BROKER_RPOOL_H
+#define LB_BROKER_RPOOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <hiredis/hiredis.h>
+#include <uv.h>
+
+#include "broker/scripts.h"
+#include "broker/url.h"
+
+typedef void (*rpool_fn)(const redisReply *reply, void *priv);
+
+/* Starts connecting n connections to addr (which must outlive the pool);
+ * on_up runs each time the pool goes from no ready connection to one. */
+void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, void (*on_up)(void));
+/* Disconnects every connection; pending callbacks still run (with their
+ * replies if Redis answers, else NULL). No reconnects after this. */
+void rpool_close(void);
+/* True when at least one connection is ready for commands. */
+bool rpool_up(void);
+/* Commands sent and not yet answered. */
+size_t rpool_pending(void);
+
+/*
+ * EVALSHA of a script with nkeys keys followed by the other arguments
+ * (argv[0..nkeys-1] are keys). The arguments are copied. Returns 0 when the
+ * command was queued (fn will run), or -1 when no connection is ready (fn
+ * will not run).
+ */
+int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
+               const char *const *argv, const size_t *argvlen,
+               rpool_fn fn, void *priv);
+
+/* NULL or an error reply. */
+static inline bool rpool_reply_failed(const redisReply *r)
+{
+	return r == NULL || r->type == REDIS_REPLY_ERROR;
+}
+
+/* FNV-1a of a lock name: the route of its commands. */
+uint32_t rpool_route(const char *name, size_t len);
+
+#endif

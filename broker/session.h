@@ -1,0 +1,104 @@
+/*
+ * session.h - one client connection: framing, dispatch, writes with
+ * backpressure, keepalive, and the leases it owns.
+ *
+ * States: OPEN (reading and answering) -> CLOSING (handle being closed; its
+ * leases already released) -> CLOSED (handle closed). session_set_state() is
+ * the one place the state changes. A session is freed only when it is
+ * CLOSED and no asynchronous operation holds a reference (refs == 0), so a
+ * Redis reply that arrives after a disconnect still finds valid memory
+ * (redis freeClientAsync does the same).
+ *
+ * Backpressure: while more than max_inflight requests wait on Redis or more
+ * than SESSION_WRITE_HIGH bytes wait to be written, the session stops
+ * reading and parsing; it resumes below the limits. So a client that never
+ * reads its responses cannot grow the broker's memory without bound.
+ */
+#ifndef LB_BROKER_SESSION_H
+#define LB_BROKER_SESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+#include <uv.h>
+
+#include "broker/timers.h"
+#include "protocol/errors.h"
+#include "protocol/frame.h"
+
+#define SESSION_WRITE_HIGH (1u << 20)
+#define SESSION_WRITE_LOW (256u << 10)
+#define SESSION_LINGER_MS 2000 /* how long a closing session may flush */
+#define SESSION_MAX_AUTH_FAILURES 3
+
+struct lease;
+
+typedef enum session_state {
+	SESSION_OPEN,
+	SESSION_CLOSING,
+	SESSION_CLOSED,
+} session_state_t;
+
+typedef struct session {
+	union {
+		uv_handle_t handle;
+		uv_stream_t stream;
+		uv_tcp_t tcp;
+		uv_pipe_t pipe;
+	} h;
+	struct session *prev, *next; /* server.sessions */
+	session_state_t state;
+	uint64_t id;
+	char name[24]; /* "s<id>": in logs and in hello's answer */
+
+	frame_t frame;
+	size_t unsent;     /* bytes handed to libuv and not yet written */
+	unsigned inflight; /* requests waiting on Redis */
+	unsigned refs;     /* asynchronous operations holding this pointer */
+	bool reading;
+	bool flushing; /* closing after its last writes (uv_shutdown) */
+	bool eof;      /* the client sent EOF: answer what was read, then close */
+
+	bool authed;
+	int auth_failures;
+	char *client; /* label from hello, NUL-terminated copy; NULL = none */
+	size_t client_len;
+
+	int64_t keepalive_ms; /* 0: off */
+	uint64_t last_rx;     /* uv_now of the last bytes received */
+	timer_ent_t keepalive;
+	timer_ent_t linger;
+	uv_shutdown_t shutdown_req;
+
+	struct lease *leases; /* the non-detached leases it holds */
+	size_t nleases;
+} session_t;
+
+/* Accepts a connection from a listener. */
+void session_accept(uv_stream_t *listener, bool is_tcp);
+
+/* Takes ownership of msg and queues it as one line. Dropped when the
+ * session is not open. */
+void session_send(session_t *s, json_t *msg);
+/* Sends an error response; message may be NULL for the code's default. */
+void session_send_error(session_t *s, const json_t *id, lb_err_t code, const char *message);
+
+/* Ends the session now: releases its leases, closes the connection. */
+void session_close(session_t *s, const char *why);
+/* Ends the session after what was queued has been written (at most
+ * SESSION_LINGER_MS). */
+void session_close_after_flush(session_t *s, const char *why);
+
+static inline bool session_open(const session_t *s) { return s->state == SESSION_OPEN; }
+static inline void session_ref(session_t *s) { s->refs++; }
+void session_unref(session_t *s);
+
+/* An asynchronous request began / ended: counts toward max_inflight. */
+static inline void session_op_begin(session_t *s) { s->inflight++; s->refs++; }
+void session_op_end(session_t *s);
+
+/* Arms or re-arms keepalive checking (hello's keepalive_ms). */
+void session_set_keepalive(session_t *s, int64_t keepalive_ms);
+
+#endif

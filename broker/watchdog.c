@@ -1,0 +1,124 @@
+/*
+ * watchdog.c - renews watchdog leases every ttl/3 and reports leases whose
+ * lifetime ran out (see watchdog.h).
+ *
+ * A renewal carries the token and its send time, never the lease pointer:
+ * the lease may be released or lost while the renewal is in flight, and the
+ * reply then finds nothing. At most one renewal per lease is in flight.
+ */
+#include "broker/watchdog.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker/broker.h"
+#include "broker/lease.h"
+#include "broker/log.h"
+#include "broker/rpool.h"
+
+struct renewal {
+	char token[LEASE_TOKEN_LEN + 1];
+	uint64_t sent_at;
+};
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+static uint64_t retry_at(const lease_t *l, uint64_t now)
+{
+	uint64_t wait = (uint64_t)l->ttl_ms / 10;
+
+	if (wait > LEASE_RETRY_MS)
+		wait = LEASE_RETRY_MS;
+	return min_u64(now + wait, l->expires_at);
+}
+
+void watchdog_schedule(lease_t *l, uint64_t sent_at)
+{
+	if (l->watchdog)
+		timer_at(&l->tick, min_u64(sent_at + (uint64_t)l->ttl_ms / 3, l->expires_at));
+	else
+		timer_at(&l->tick, l->expires_at);
+}
+
+static void on_renewed(const redisReply *reply, void *priv)
+{
+	struct renewal *r = priv;
+	lease_t *l = lease_find(r->token, LEASE_TOKEN_LEN);
+	uint64_t now = timers_now();
+
+	if (!l)
+		goto out; /* released or lost meanwhile */
+	l->renewing = false;
+	if (rpool_reply_failed(reply) || reply->type != REDIS_REPLY_INTEGER) {
+		char tb[LOG_TOKEN_LEN];
+		LOG(LOG_WARN, "msg=\"renewal failed\" lease=%s err=\"%.200s\"", log_token(l->token, tb),
+		    reply && reply->type == REDIS_REPLY_ERROR ? reply->str : "no reply");
+		timer_at(&l->tick, retry_at(l, now));
+		goto out;
+	}
+	if (reply->integer < 0) {
+		lease_lost(l, "gone");
+		goto out;
+	}
+	lease_confirmed(l, r->sent_at, reply->integer);
+out:
+	free(r);
+}
+
+static void renew(lease_t *l, uint64_t now)
+{
+	char keybuf[LEASE_KEYS_BUF], ttl[24];
+	const char *argv[6];
+	size_t argvlen[6];
+	struct renewal *r;
+
+	lease_lock_keys(l->lock, l->lock_len, keybuf, argv, argvlen);
+	argv[3] = l->token;
+	argvlen[3] = LEASE_TOKEN_LEN;
+	argvlen[4] = (size_t)snprintf(ttl, sizeof(ttl), "%lld", (long long)l->ttl_ms);
+	argv[4] = ttl;
+	argv[5] = LB_FENCE_RETENTION_STR;
+	argvlen[5] = strlen(LB_FENCE_RETENTION_STR);
+
+	r = xmalloc(sizeof(*r));
+	memcpy(r->token, l->token, sizeof(r->token));
+	r->sent_at = now;
+	if (rpool_eval(l->route, SCRIPT_EXTEND, 3, 6, argv, argvlen, on_renewed, r) < 0) {
+		free(r);
+		timer_at(&l->tick, retry_at(l, now));
+		return;
+	}
+	l->renewing = true;
+	/* Until the reply: the deadline by which the lease counts as lost. */
+	timer_at(&l->tick, l->expires_at);
+}
+
+void watchdog_on_tick(timer_ent_t *t)
+{
+	lease_t *l = (lease_t *)((char *)t - offsetof(lease_t, tick));
+	uint64_t now = timers_now();
+
+	if (now >= l->expires_at) {
+		lease_lost(l, l->watchdog ? "redis_unavailable" : "expired");
+		return;
+	}
+	if (!l->watchdog) {
+		timer_at(&l->tick, l->expires_at);
+		return;
+	}
+	if (l->renewing) {
+		timer_at(&l->tick, l->expires_at);
+		return;
+	}
+	renew(l, now);
+}
+
+void watchdog_on_max_hold(timer_ent_t *t)
+{
+	lease_t *l = (lease_t *)((char *)t - offsetof(lease_t, max_hold));
+
+	lease_lost(l, "max_hold");
+}

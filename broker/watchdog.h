@@ -1,0 +1,25 @@
+/*
+ * watchdog.h - renewal of watchdog leases and expiry checks of the others.
+ *
+ * Each lease's tick entry is, for a watchdog lease, its next renewal (every
+ * ttl/3 after the last successful one was sent) and otherwise its expiry. A
+ * tick that finds now >= expires_at reports the lease lost: "expired"
+ * without watchdog, "redis_unavailable" with it (renewals kept failing).
+ * Renewals due in the same loop turn go out pipelined.
+ */
+#ifndef LB_BROKER_WATCHDOG_H
+#define LB_BROKER_WATCHDOG_H
+
+#include <stdint.h>
+
+#include "broker/timers.h"
+
+struct lease;
+
+/* (Re)schedules the lease's tick after a confirmation sent at sent_at. */
+void watchdog_schedule(struct lease *l, uint64_t sent_at);
+/* The timer callbacks of a lease's entries. */
+void watchdog_on_tick(timer_ent_t *t);
+void watchdog_on_max_hold(timer_ent_t *t);
+
+#endif

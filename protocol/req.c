@@ -1,0 +1,481 @@
+/*
+ * req.c - decoding and strict validation of request lines (see req.h).
+ *
+ * The checks run in the order PROTOCOL.md fixes and stop at the first
+ * failure: JSON (bad_json), shape (bad_request), id (invalid_argument),
+ * op name (unknown_op) in req_parse; the op's fields (invalid_argument) in
+ * req_unpack, driven by one table of fields per op.
+ *
+ * Invariants:
+ * - A req_t owns its document (root) and nothing else: req->id, strings in
+ *   req->u and cancel's target all borrow from root until req_clear().
+ * - req->id is non-NULL only once the id passed its check, so a caller may
+ *   always echo it.
+ * - Integers are JSON integers in [-2^53, 2^53]. A document holding an
+ *   integer too big for jansson's json_int_t is loaded again with integers
+ *   read as reals; its top-level reals that are integral and in that range
+ *   are turned back into integers, every other real stays a real, which no
+ *   integer field accepts.
+ * - No message ever quotes raw input: names are cut to 64 bytes and every
+ *   byte outside printable ASCII becomes '?'.
+ */
+#include "protocol/req.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOAD_FLAGS (JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY)
+#define QUOTE_MAX 64 /* bytes of a client-supplied name quoted in a message */
+
+static int fail(req_error_t *err, lb_err_t code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(req_error_t *err, lb_err_t code, const char *fmt, ...)
+{
+	va_list ap;
+
+	err->code = code;
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* Copies at most QUOTE_MAX bytes of s into out (size >= QUOTE_MAX + 4),
+ * masking every byte outside printable ASCII, and marks a cut with "...". */
+static const char *quote(const char *s, size_t len, char *out)
+{
+	size_t i, n = len < QUOTE_MAX ? len : QUOTE_MAX;
+
+	for (i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		out[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+	}
+	if (len > QUOTE_MAX) {
+		memcpy(out + n, "...", 3);
+		n += 3;
+	}
+	out[n] = '\0';
+	return out;
+}
+
+/* ---- values ------------------------------------------------------------ */
+
+/* True with *out set when v is an integer in [-2^53, 2^53]. */
+static bool get_int(const json_t *v, int64_t *out)
+{
+	json_int_t i;
+
+	if (!json_is_integer(v))
+		return false;
+	i = json_integer_value(v);
+	if (i < -REQ_ID_MAX_INT || i > REQ_ID_MAX_INT)
+		return false;
+	*out = (int64_t)i;
+	return true;
+}
+
+bool req_id_valid(const json_t *v)
+{
+	int64_t i;
+
+	if (json_is_string(v))
+		return json_string_length(v) <= REQ_ID_MAX_BYTES;
+	return get_int(v, &i);
+}
+
+/* After a reload with JSON_DECODE_INT_AS_REAL: turns each top-level real
+ * that is integral and within [-2^53, 2^53] back into an integer. Only
+ * top-level values are ever read as integers (id, target, fields). */
+static void restore_ints(json_t *root)
+{
+	void *it;
+
+	for (it = json_object_iter(root); it != NULL;
+	     it = json_object_iter_next(root, it)) {
+		json_t *v = json_object_iter_value(it);
+		double d;
+		json_t *i;
+
+		if (!json_is_real(v))
+			continue;
+		d = json_real_value(v);
+		if (d < -(double)REQ_ID_MAX_INT || d > (double)REQ_ID_MAX_INT ||
+		    d != (double)(json_int_t)d)
+			continue;
+		i = json_integer((json_int_t)d);
+		if (i == NULL || json_object_iter_set_new(root, it, i) != 0)
+			abort(); /* out of memory */
+	}
+}
+
+/* ---- ops and their fields ---------------------------------------------- */
+
+typedef enum field_kind {
+	F_STR,  /* lb_str_t; min..max bytes */
+	F_INT,  /* int64_t; min..max */
+	F_BOOL, /* bool */
+	F_MODE, /* lb_mode_t; "exclusive" or "shared" */
+	F_ID,   /* json_t *; a valid id value */
+} field_kind_t;
+
+enum {
+	F_REQUIRED = 1 << 0,
+	F_NO_CTRL = 1 << 1, /* strings: no U+0000..U+001F, no U+007F */
+};
+
+typedef struct field {
+	const char *name;
+	field_kind_t kind;
+	int flags;
+	int64_t min, max; /* F_STR: length in bytes; F_INT: value */
+	size_t off;       /* destination inside req_t */
+} field_t;
+
+/* Post-processing of an op once every field passed: defaults that depend on
+ * presence, and checks across fields. present has bit i set when field i of
+ * the op's table was given (not null). */
+typedef int (*finish_fn)(req_t *req, unsigned present, req_error_t *err);
+
+typedef struct op_def {
+	const char *name;
+	const field_t *fields;
+	size_t nfields;
+	finish_fn finish;
+} op_def_t;
+
+#define U(member) offsetof(req_t, u.member)
+
+static const field_t hello_fields[] = {
+	{"client", F_STR, 0, 0, REQ_LABEL_MAX_BYTES, U(hello.client)},
+	{"auth", F_STR, 0, 0, REQ_AUTH_MAX_BYTES, U(hello.auth)},
+	{"keepalive_ms", F_INT, 0, REQ_KEEPALIVE_MIN_MS, REQ_KEEPALIVE_MAX_MS,
+	 U(hello.keepalive_ms)},
+};
+
+/* Indices into acquire_fields, for acquire_finish. */
+enum { A_LOCK, A_MODE, A_LIMIT, A_TTL, A_WAIT, A_WATCHDOG, A_OWNER, A_FAIR,
+       A_DETACH, A_MAX_HOLD };
+
+static const field_t acquire_fields[] = {
+	[A_LOCK] = {"lock", F_STR, F_REQUIRED | F_NO_CTRL, 1, REQ_LOCK_MAX_BYTES,
+		    U(acquire.lock)},
+	[A_MODE] = {"mode", F_MODE, 0, 0, 0, U(acquire.mode)},
+	[A_LIMIT] = {"limit", F_INT, 0, 1, REQ_LIMIT_MAX, U(acquire.limit)},
+	[A_TTL] = {"ttl_ms", F_INT, 0, REQ_TTL_MIN_MS, REQ_TTL_MAX_MS,
+		   U(acquire.ttl_ms)},
+	[A_WAIT] = {"wait_ms", F_INT, 0, 0, REQ_ID_MAX_INT, U(acquire.wait_ms)},
+	[A_WATCHDOG] = {"watchdog", F_BOOL, 0, 0, 0, U(acquire.watchdog)},
+	[A_OWNER] = {"owner", F_STR, 0, 0, REQ_LABEL_MAX_BYTES, U(acquire.owner)},
+	[A_FAIR] = {"fair", F_BOOL, 0, 0, 0, U(acquire.fair)},
+	[A_DETACH] = {"detach", F_BOOL, 0, 0, 0, U(acquire.detach)},
+	[A_MAX_HOLD] = {"max_hold_ms", F_INT, 0, REQ_TTL_MIN_MS, REQ_TTL_MAX_MS,
+			U(acquire.max_hold_ms)},
+};
+
+static const field_t release_fields[] = {
+	{"lease", F_STR, F_REQUIRED, 1, REQ_LEASE_MAX_BYTES, U(release.lease)},
+};
+
+static const field_t extend_fields[] = {
+	{"lease", F_STR, F_REQUIRED, 1, REQ_LEASE_MAX_BYTES, U(extend.lease)},
+	{"ttl_ms", F_INT, F_REQUIRED, REQ_TTL_MIN_MS, REQ_TTL_MAX_MS,
+	 U(extend.ttl_ms)},
+};
+
+static const field_t cancel_fields[] = {
+	{"target", F_ID, F_REQUIRED, 0, 0, U(cancel.target)},
+};
+
+static const field_t inspect_fields[] = {
+	{"lock", F_STR, F_REQUIRED | F_NO_CTRL, 1, REQ_LOCK_MAX_BYTES,
+	 U(inspect.lock)},
+};
+
+#define BIT(i) (1u << (i))
+
+static int acquire_finish(req_t *req, unsigned present, req_error_t *err)
+{
+	req_acquire_t *a = &req->u.acquire;
+
+	if (present & BIT(A_LIMIT)) {
+		if (present & BIT(A_MODE))
+			return fail(err, LB_E_INVALID_ARGUMENT,
+				    "field 'mode' must be absent when 'limit' is given");
+		a->mode = LB_MODE_PERMIT;
+	}
+	if (!(present & BIT(A_WAIT)))
+		a->wait_ms = -1;
+	if (!(present & BIT(A_OWNER))) {
+		a->owner.ptr = "";
+		a->owner.len = 0;
+	}
+	if (!(present & BIT(A_FAIR)))
+		a->fair = true;
+	if (!(present & BIT(A_DETACH)))
+		a->detach = false;
+	if (!(present & BIT(A_WATCHDOG)))
+		a->watchdog = !a->detach;
+	else if (a->watchdog && a->detach)
+		return fail(err, LB_E_INVALID_ARGUMENT,
+			    "field 'watchdog' cannot be true when 'detach' is true");
+	return 0;
+}
+
+#define OPDEF(n, f, fin) {n, f, sizeof(f) / sizeof(f[0]), fin}
+
+static const op_def_t ops[OP__COUNT] = {
+	[OP_HELLO] = OPDEF("hello", hello_fields, NULL),
+	[OP_PING] = {"ping", NULL, 0, NULL},
+	[OP_ACQUIRE] = OPDEF("acquire", acquire_fields, acquire_finish),
+	[OP_RELEASE] = OPDEF("release", release_fields, NULL),
+	[OP_EXTEND] = OPDEF("extend", extend_fields, NULL),
+	[OP_CANCEL] = OPDEF("cancel", cancel_fields, NULL),
+	[OP_INSPECT] = OPDEF("inspect", inspect_fields, NULL),
+	[OP_LEASES] = {"leases", NULL, 0, NULL},
+	[OP_STATS] = {"stats", NULL, 0, NULL},
+};
+
+_Static_assert(sizeof(acquire_fields) / sizeof(acquire_fields[0]) <= 32,
+	       "presence is a 32-bit mask");
+
+const char *req_op_name(req_op_t op)
+{
+	if ((int)op < 0 || op >= OP__COUNT)
+		return NULL;
+	return ops[op].name;
+}
+
+const char *lb_mode_name(lb_mode_t mode)
+{
+	switch (mode) {
+	case LB_MODE_EXCLUSIVE:
+		return "exclusive";
+	case LB_MODE_SHARED:
+		return "shared";
+	case LB_MODE_PERMIT:
+		return "permit";
+	}
+	return "exclusive";
+}
+
+static bool streq(const char *s, size_t len, const char *lit)
+{
+	return strlen(lit) == len && memcmp(s, lit, len) == 0;
+}
+
+static bool has_ctrl(const char *s, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c < 0x20 || c == 0x7f)
+			return true;
+	}
+	return false;
+}
+
+/* Why a value of field fd is refused, for the message. */
+static int field_fail(const field_t *fd, req_error_t *err)
+{
+	const char *n = fd->name;
+	lb_err_t e = LB_E_INVALID_ARGUMENT;
+
+	switch (fd->kind) {
+	case F_STR:
+		if (fd->flags & F_NO_CTRL)
+			return fail(err, e, "field '%s' must be a string of %" PRId64
+				    "..%" PRId64 " bytes without control characters",
+				    n, fd->min, fd->max);
+		if (fd->min > 0)
+			return fail(err, e, "field '%s' must be a string of %" PRId64
+				    "..%" PRId64 " bytes", n, fd->min, fd->max);
+		return fail(err, e, "field '%s' must be a string of at most %" PRId64
+			    " bytes", n, fd->max);
+	case F_INT:
+		return fail(err, e, "field '%s' must be an integer in %" PRId64
+			    "..%" PRId64, n, fd->min, fd->max);
+	case F_BOOL:
+		return fail(err, e, "field '%s' must be a boolean", n);
+	case F_MODE:
+		return fail(err, e, "field '%s' must be \"exclusive\" or \"shared\"", n);
+	case F_ID:
+		return fail(err, e, "field '%s' must be a string of at most %d bytes "
+			    "or an integer in -%" PRId64 "..%" PRId64,
+			    n, REQ_ID_MAX_BYTES, REQ_ID_MAX_INT, REQ_ID_MAX_INT);
+	}
+	return fail(err, LB_E_INTERNAL, "field '%s' has no kind", n);
+}
+
+/* Checks v (present, not null) against fd and stores it at dst. */
+static int unpack_field(const field_t *fd, json_t *v, char *dst,
+			req_error_t *err)
+{
+	switch (fd->kind) {
+	case F_STR: {
+		lb_str_t s;
+
+		if (!json_is_string(v))
+			return field_fail(fd, err);
+		s.ptr = json_string_value(v);
+		s.len = json_string_length(v);
+		if ((int64_t)s.len < fd->min || (int64_t)s.len > fd->max)
+			return field_fail(fd, err);
+		if ((fd->flags & F_NO_CTRL) && has_ctrl(s.ptr, s.len))
+			return field_fail(fd, err);
+		memcpy(dst, &s, sizeof(s));
+		return 0;
+	}
+	case F_INT: {
+		int64_t i;
+
+		if (!get_int(v, &i) || i < fd->min || i > fd->max)
+			return field_fail(fd, err);
+		memcpy(dst, &i, sizeof(i));
+		return 0;
+	}
+	case F_BOOL: {
+		bool b;
+
+		if (!json_is_boolean(v))
+			return field_fail(fd, err);
+		b = json_is_true(v);
+		memcpy(dst, &b, sizeof(b));
+		return 0;
+	}
+	case F_MODE: {
+		lb_mode_t m;
+		const char *s;
+		size_t len;
+
+		if (!json_is_string(v))
+			return field_fail(fd, err);
+		s = json_string_value(v);
+		len = json_string_length(v);
+		if (streq(s, len, "exclusive"))
+			m = LB_MODE_EXCLUSIVE;
+		else if (streq(s, len, "shared"))
+			m = LB_MODE_SHARED;
+		else
+			return field_fail(fd, err);
+		memcpy(dst, &m, sizeof(m));
+		return 0;
+	}
+	case F_ID:
+		if (!req_id_valid(v))
+			return field_fail(fd, err);
+		memcpy(dst, &v, sizeof(v));
+		return 0;
+	}
+	return fail(err, LB_E_INTERNAL, "field '%s' has no kind", fd->name);
+}
+
+/* ---- entry points ------------------------------------------------------ */
+
+int req_parse(const char *line, size_t len, req_t *req, req_error_t *err)
+{
+	json_error_t jerr;
+	json_t *root, *op, *id;
+	const char *name;
+	size_t name_len;
+	char q[QUOTE_MAX + 4];
+	int i;
+
+	memset(req, 0, sizeof(*req));
+	root = json_loadb(line, len, LOAD_FLAGS, &jerr);
+	if (root == NULL && json_error_code(&jerr) == json_error_numeric_overflow) {
+		root = json_loadb(line, len, LOAD_FLAGS | JSON_DECODE_INT_AS_REAL,
+				  &jerr);
+		if (root != NULL && json_is_object(root))
+			restore_ints(root);
+	}
+	if (root == NULL)
+		return fail(err, LB_E_BAD_JSON, "%s", lb_err_message(LB_E_BAD_JSON));
+	req->root = root;
+
+	if (!json_is_object(root))
+		return fail(err, LB_E_BAD_REQUEST, "the request must be a JSON object");
+	op = json_object_get(root, "op");
+	if (op == NULL)
+		return fail(err, LB_E_BAD_REQUEST, "field 'op' is required");
+	if (!json_is_string(op))
+		return fail(err, LB_E_BAD_REQUEST, "field 'op' must be a string");
+
+	id = json_object_get(root, "id");
+	if (id != NULL && !json_is_null(id)) {
+		if (!req_id_valid(id))
+			return fail(err, LB_E_INVALID_ARGUMENT,
+				    "field 'id' must be a string of at most %d bytes "
+				    "or an integer in -%" PRId64 "..%" PRId64,
+				    REQ_ID_MAX_BYTES, REQ_ID_MAX_INT, REQ_ID_MAX_INT);
+		req->id = id;
+	}
+
+	name = json_string_value(op);
+	name_len = json_string_length(op);
+	for (i = 0; i < OP__COUNT; i++) {
+		if (streq(name, name_len, ops[i].name)) {
+			req->op = (req_op_t)i;
+			return 0;
+		}
+	}
+	return fail(err, LB_E_UNKNOWN_OP, "unknown op '%s'",
+		    quote(name, name_len, q));
+}
+
+int req_unpack(req_t *req, req_error_t *err)
+{
+	const op_def_t *def;
+	const char *key;
+	size_t key_len, i;
+	json_t *v;
+	unsigned present = 0;
+	char q[QUOTE_MAX + 4];
+
+	if (req->root == NULL || !json_is_object(req->root) ||
+	    (int)req->op < 0 || req->op >= OP__COUNT)
+		return fail(err, LB_E_INTERNAL, "req_unpack without a parsed request");
+	def = &ops[req->op];
+	memset(&req->u, 0, sizeof(req->u));
+
+	/* Unknown fields first, even null ones, so a typo is always named. */
+	json_object_keylen_foreach(req->root, key, key_len, v) {
+		bool known = streq(key, key_len, "id") || streq(key, key_len, "op");
+
+		for (i = 0; !known && i < def->nfields; i++)
+			known = streq(key, key_len, def->fields[i].name);
+		if (!known)
+			return fail(err, LB_E_INVALID_ARGUMENT, "unknown field '%s'",
+				    quote(key, key_len, q));
+	}
+
+	for (i = 0; i < def->nfields; i++) {
+		const field_t *fd = &def->fields[i];
+
+		v = json_object_get(req->root, fd->name);
+		if (v == NULL || json_is_null(v)) {
+			if (fd->flags & F_REQUIRED)
+				return fail(err, LB_E_INVALID_ARGUMENT,
+					    "field '%s' is required", fd->name);
+			continue;
+		}
+		if (unpack_field(fd, v, (char *)req + fd->off, err) != 0)
+			return -1;
+		present |= BIT(i);
+	}
+	if (def->finish != NULL)
+		return def->finish(req, present, err);
+	return 0;
+}
+
+void req_clear(req_t *req)
+{
+	if (req == NULL)
+		return;
+	json_decref(req->root);
+	memset(req, 0, sizeof(*req));
+}

@@ -1,0 +1,703 @@
+/*
+ * test_config.c - defaults, flags in both forms, the JSON config file and
+ * its override by flags, listen list replacement, strict numbers, secret
+ * files and the Redis password precedence, and that no message leaks a
+ * secret. Every test works in its own mkdtemp directory, removed in .fini.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "broker/config.h"
+
+static char dir[64];
+static lb_config_t C;
+static char err[512];
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/lb_test_config.XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	unsetenv("LOCKBROKER_REDIS_PASSWORD");
+	memset(&C, 0, sizeof(C));
+}
+
+static void teardown(void)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char p[512];
+
+	config_free(&C);
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		if (remove(p) != 0)
+			cr_log_warn("cannot remove %s", p);
+	}
+	closedir(d);
+	rmdir(dir);
+}
+
+TestSuite(config, .init = setup, .fini = teardown);
+
+/* Writes len bytes to dir/name; returns the path in a static rotating buffer. */
+static const char *write_file(const char *name, const char *data, size_t len)
+{
+	static char paths[8][256];
+	static int next;
+	char *p = paths[next++ % 8];
+	FILE *f;
+
+	snprintf(p, 256, "%s/%s", dir, name);
+	f = fopen(p, "wb");
+	cr_assert_not_null(f);
+	cr_assert_eq(fwrite(data, 1, len, f), len);
+	cr_assert_eq(fclose(f), 0);
+	return p;
+}
+
+static const char *write_str(const char *name, const char *data)
+{
+	return write_file(name, data, strlen(data));
+}
+
+/* Runs config_load on {"lockbrokerd", args..., NULL} (args NULL-terminated). */
+static int load_v(const char *const *args)
+{
+	char *argv[64];
+	int argc = 0;
+	int rc;
+
+	argv[argc++] = strdup("lockbrokerd");
+	for (; *args != NULL; args++) {
+		cr_assert_lt(argc, 63);
+		argv[argc++] = strdup(*args);
+	}
+	argv[argc] = NULL;
+	config_free(&C);
+	err[0] = '\0';
+	rc = config_load(&C, argc, argv, err, sizeof(err));
+	for (int i = 0; i < argc; i++)
+		free(argv[i]);
+	return rc;
+}
+
+#define LOAD(...) load_v((const char *const[]){__VA_ARGS__, NULL})
+#define LOAD0() load_v((const char *const[]){NULL})
+
+static void expect_error(int rc, const char *must_mention)
+{
+	static const lb_config_t zero;
+
+	cr_expect_eq(rc, CONFIG_ERROR, "wanted an error mentioning '%s'", must_mention);
+	cr_expect_neq(err[0], '\0');
+	cr_expect_not_null(strstr(err, must_mention), "message '%s' lacks '%s'", err, must_mention);
+	cr_expect_eq(memcmp(&C, &zero, sizeof(C)), 0, "struct not zeroed after an error");
+}
+
+/* Like load_v, capturing stdout into out. */
+static int load_capture(const char *const *args, char *out, size_t outlen)
+{
+	char path[256];
+	int fd, saved, rc;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "%s/stdout", dir);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	cr_assert_geq(fd, 0);
+	fflush(stdout);
+	saved = dup(STDOUT_FILENO);
+	cr_assert_geq(saved, 0);
+	cr_assert_geq(dup2(fd, STDOUT_FILENO), 0);
+	rc = load_v(args);
+	fflush(stdout);
+	dup2(saved, STDOUT_FILENO);
+	close(saved);
+	n = pread(fd, out, outlen - 1, 0);
+	close(fd);
+	cr_assert_geq(n, 0);
+	out[n] = '\0';
+	return rc;
+}
+
+Test(config, defaults)
+{
+	char buf[128];
+
+	cr_assert_eq(LOAD0(), CONFIG_OK, "%s", err);
+	cr_assert_eq(C.nlisten, 2);
+	url_format_listen(&C.listen[0], buf, sizeof(buf));
+	cr_expect_str_eq(buf, CONFIG_DEFAULT_TCP);
+	url_format_listen(&C.listen[1], buf, sizeof(buf));
+	cr_expect_str_eq(buf, CONFIG_DEFAULT_UNIX);
+	cr_expect_eq(C.redis.kind, URL_TCP);
+	cr_expect_str_eq(C.redis.host, "127.0.0.1");
+	cr_expect_eq(C.redis.port, 6379);
+	cr_expect_eq(C.redis.db, 0);
+	cr_expect_null(C.redis.password);
+	cr_expect_str_eq(C.prefix, "lb:");
+	cr_expect_eq(C.default_ttl_ms, 30000);
+	cr_expect_null(C.auth_secret);
+	cr_expect_eq(C.socket_mode, 0660);
+	cr_expect_eq(C.pool, 4);
+	cr_expect_eq(C.max_line, 65536);
+	cr_expect_eq(C.log_level, LOG_INFO);
+	cr_expect_eq(C.shutdown_grace_ms, 5000);
+	cr_expect_eq(C.max_connections, 10000);
+	cr_expect_eq(C.max_leases_per_session, 10000);
+	cr_expect_eq(C.max_inflight, 1024);
+}
+
+static void expect_flag_values(void)
+{
+	cr_expect_eq(C.redis.kind, URL_UNIX);
+	cr_expect_str_eq(C.redis.path, "/run/redis.sock");
+	cr_expect_eq(C.redis.db, 3);
+	cr_expect_str_eq(C.prefix, "app:");
+	cr_expect_eq(C.default_ttl_ms, 1500);
+	cr_expect_eq(C.socket_mode, 0600);
+	cr_expect_eq(C.pool, 9);
+	cr_expect_eq(C.max_line, 4096);
+	cr_expect_eq(C.log_level, LOG_DEBUG);
+	cr_expect_eq(C.shutdown_grace_ms, 0);
+	cr_expect_eq(C.max_connections, 77);
+	cr_expect_eq(C.max_leases_per_session, 88);
+	cr_expect_eq(C.max_inflight, 99);
+}
+
+Test(config, flags_space_form)
+{
+	cr_assert_eq(LOAD("--redis", "unix:///run/redis.sock?db=3", "--prefix", "app:",
+			  "--default-ttl-ms", "1500", "--socket-mode", "0600", "--pool", "9",
+			  "--max-line", "4096", "--log-level", "debug", "--shutdown-grace-ms", "0",
+			  "--max-connections", "77", "--max-leases-per-session", "88",
+			  "--max-inflight", "99"),
+		     CONFIG_OK, "%s", err);
+	expect_flag_values();
+}
+
+Test(config, flags_equals_form)
+{
+	cr_assert_eq(LOAD("--redis=unix:///run/redis.sock?db=3", "--prefix=app:",
+			  "--default-ttl-ms=1500", "--socket-mode=600", "--pool=9",
+			  "--max-line=4096", "--log-level=debug", "--shutdown-grace-ms=0",
+			  "--max-connections=77", "--max-leases-per-session=88",
+			  "--max-inflight=99"),
+		     CONFIG_OK, "%s", err);
+	expect_flag_values();
+}
+
+Test(config, equals_form_allows_dashes_and_equals_in_value)
+{
+	cr_assert_eq(LOAD("--prefix=--a=b"), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.prefix, "--a=b");
+}
+
+Test(config, last_flag_wins)
+{
+	cr_assert_eq(LOAD("--pool", "2", "--pool=3", "--log-level", "warn", "--log-level", "error"),
+		     CONFIG_OK, "%s", err);
+	cr_expect_eq(C.pool, 3);
+	cr_expect_eq(C.log_level, LOG_ERROR);
+}
+
+Test(config, listen_flags_replace_defaults)
+{
+	cr_assert_eq(LOAD("--listen", "tcp://0.0.0.0:9000", "--listen=unix:///tmp/x.sock",
+			  "--listen", "tcp://[::1]:0"),
+		     CONFIG_OK, "%s", err);
+	cr_assert_eq(C.nlisten, 3);
+	cr_expect_str_eq(C.listen[0].host, "0.0.0.0");
+	cr_expect_eq(C.listen[0].port, 9000);
+	cr_expect_eq(C.listen[1].kind, URL_UNIX);
+	cr_expect_str_eq(C.listen[1].path, "/tmp/x.sock");
+	cr_expect_str_eq(C.listen[2].host, "::1");
+}
+
+Test(config, listen_limit)
+{
+	const char *args[2 * CONFIG_MAX_LISTEN + 3];
+	char urls[CONFIG_MAX_LISTEN + 1][32];
+	size_t n = 0;
+
+	for (int i = 0; i < CONFIG_MAX_LISTEN; i++) {
+		snprintf(urls[i], sizeof(urls[i]), "tcp://127.0.0.1:%d", 9000 + i);
+		args[n++] = "--listen";
+		args[n++] = urls[i];
+	}
+	args[n] = NULL;
+	cr_assert_eq(load_v(args), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.nlisten, CONFIG_MAX_LISTEN);
+	snprintf(urls[CONFIG_MAX_LISTEN], 32, "tcp://127.0.0.1:1");
+	args[n++] = "--listen";
+	args[n++] = urls[CONFIG_MAX_LISTEN];
+	args[n] = NULL;
+	expect_error(load_v(args), "too many");
+}
+
+Test(config, listen_bad_url_names_flag)
+{
+	expect_error(LOAD("--listen", "tcp://127.0.0.1"), "--listen");
+	expect_error(LOAD("--listen", "unix://relative"), "absolute");
+}
+
+Test(config, file_sets_everything)
+{
+	const char *f = write_str("c.json",
+		"{\"listen\": [\"tcp://10.0.0.1:7000\", \"unix:///tmp/a.sock\"],"
+		" \"redis\": \"unix:///run/redis.sock?db=3\", \"prefix\": \"app:\","
+		" \"default-ttl-ms\": 1500, \"socket-mode\": \"0600\", \"pool\": 9,"
+		" \"max-line\": 4096, \"log-level\": \"debug\", \"shutdown-grace-ms\": 0,"
+		" \"max-connections\": 77, \"max-leases-per-session\": 88, \"max-inflight\": 99}");
+
+	cr_assert_eq(LOAD("--config", f), CONFIG_OK, "%s", err);
+	expect_flag_values();
+	cr_assert_eq(C.nlisten, 2, "the file's listen replaces the defaults");
+	cr_expect_str_eq(C.listen[0].host, "10.0.0.1");
+	cr_expect_eq(C.listen[0].port, 7000);
+	cr_expect_str_eq(C.listen[1].path, "/tmp/a.sock");
+}
+
+Test(config, file_listen_single_string)
+{
+	const char *f = write_str("c.json", "{\"listen\": \"unix:///tmp/only.sock\"}");
+
+	cr_assert_eq(LOAD("--config=" "placeholder"), CONFIG_ERROR); /* missing file */
+	cr_assert_eq(LOAD("--config", f), CONFIG_OK, "%s", err);
+	cr_assert_eq(C.nlisten, 1);
+	cr_expect_str_eq(C.listen[0].path, "/tmp/only.sock");
+}
+
+Test(config, flags_override_file_wherever_config_appears)
+{
+	const char *f = write_str("c.json",
+		"{\"pool\": 2, \"prefix\": \"file:\", \"listen\": [\"tcp://10.0.0.1:1\"], \"log-level\": \"warn\"}");
+	char cfgflag[300];
+
+	snprintf(cfgflag, sizeof(cfgflag), "--config=%s", f);
+	cr_assert_eq(LOAD("--pool", "8", "--listen", "tcp://127.0.0.2:2", cfgflag, "--prefix", "cli:"),
+		     CONFIG_OK, "%s", err);
+	cr_expect_eq(C.pool, 8);
+	cr_expect_str_eq(C.prefix, "cli:");
+	cr_expect_eq(C.log_level, LOG_WARN, "the file still applies where no flag is given");
+	cr_assert_eq(C.nlisten, 1, "the command line's list replaces the file's");
+	cr_expect_str_eq(C.listen[0].host, "127.0.0.2");
+}
+
+Test(config, file_redis_replaced_by_flag)
+{
+	const char *f = write_str("c.json", "{\"redis\": \"redis://:filepw@filehost:7000/4\"}");
+
+	cr_assert_eq(LOAD("--config", f, "--redis", "redis://clihost"), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.host, "clihost");
+	cr_expect_eq(C.redis.port, 6379);
+	cr_expect_eq(C.redis.db, 0);
+	cr_expect_null(C.redis.password, "the whole URL is replaced, password included");
+}
+
+Test(config, file_errors)
+{
+	const char *f;
+
+	f = write_str("syntax.json", "{\"pool\": 4,\n \"prefix\": }");
+	expect_error(LOAD("--config", f), "syntax.json");
+	cr_expect_not_null(strstr(err, "line 2"), "%s", err);
+
+	expect_error(LOAD("--config", "/nonexistent/lb.json"), "/nonexistent/lb.json");
+
+	f = write_str("array.json", "[1, 2]");
+	expect_error(LOAD("--config", f), "object");
+
+	f = write_str("dup.json", "{\"pool\": 4, \"pool\": 5}");
+	expect_error(LOAD("--config", f), "dup.json");
+
+	f = write_str("empty.json", "");
+	expect_error(LOAD("--config", f), "empty.json");
+
+	f = write_str("trail.json", "{} {}");
+	expect_error(LOAD("--config", f), "trail.json");
+
+	f = write_str("ok.json", "{}");
+	expect_error(LOAD("--config", f, "--config", f), "--config");
+	expect_error(LOAD("--config="), "--config");
+}
+
+Test(config, file_unknown_key_named)
+{
+	const char *f;
+
+	f = write_str("u.json", "{\"pool\": 4, \"poool\": 5}");
+	expect_error(LOAD("--config", f), "\"poool\"");
+	cr_expect_not_null(strstr(err, "unknown"), "%s", err);
+	f = write_str("c.json", "{\"config\": \"x.json\"}");
+	expect_error(LOAD("--config", f), "\"config\"");
+	f = write_str("h.json", "{\"help\": true}");
+	expect_error(LOAD("--config", f), "\"help\"");
+}
+
+Test(config, file_wrong_types_named)
+{
+	static const char *const bad[][2] = {
+		{"{\"pool\": \"4\"}", "\"pool\""},
+		{"{\"pool\": 4.0}", "\"pool\""},
+		{"{\"pool\": true}", "\"pool\""},
+		{"{\"pool\": null}", "\"pool\""},
+		{"{\"prefix\": 5}", "\"prefix\""},
+		{"{\"socket-mode\": 432}", "\"socket-mode\""},
+		{"{\"socket-mode\": \"0999\"}", "\"socket-mode\""},
+		{"{\"listen\": 5}", "\"listen\""},
+		{"{\"listen\": []}", "\"listen\""},
+		{"{\"listen\": [\"tcp://h:1\", 7]}", "\"listen\"[1]"},
+		{"{\"listen\": {\"a\": 1}}", "\"listen\""},
+		{"{\"listen\": [\"tcp://h\"]}", "\"listen\""},
+		{"{\"redis\": [\"redis://h\"]}", "\"redis\""},
+		{"{\"redis\": \"redis://h:0\"}", "\"redis\""},
+		{"{\"log-level\": \"loud\"}", "\"log-level\""},
+		{"{\"max-line\": 63}", "\"max-line\""},
+		{"{\"default-ttl-ms\": -5}", "\"default-ttl-ms\""},
+		{"{\"auth-file\": \"\"}", "\"auth-file\""},
+		{"{\"prefix\": \"a\\u0000b\"}", "t.json"}, /* jansson refuses NUL itself */
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *f = write_str("t.json", bad[i][0]);
+		expect_error(LOAD("--config", f), bad[i][1]);
+	}
+}
+
+Test(config, strict_numbers)
+{
+	static const char *const bad[][2] = {
+		{"--pool", "4x"}, {"--pool", ""}, {"--pool", "-1"}, {"--pool", "+4"},
+		{"--pool", " 4"}, {"--pool", "4 "}, {"--pool", "0x4"}, {"--pool", "0"},
+		{"--pool", "65"}, {"--pool", "4.0"},
+		{"--default-ttl-ms", "99999999999999999999999"},
+		{"--default-ttl-ms", "9223372036854775808"},
+		{"--default-ttl-ms", "99"}, {"--default-ttl-ms", "86400001"},
+		{"--max-line", "63"}, {"--max-line", "16777217"},
+		{"--shutdown-grace-ms", "3600001"},
+		{"--max-connections", "0"}, {"--max-connections", "1000001"},
+		{"--max-leases-per-session", "0"}, {"--max-inflight", "0"},
+		{"--max-inflight", "65537"},
+	};
+	char flag[128];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(flag, sizeof(flag), "%s=%s", bad[i][0], bad[i][1]);
+		expect_error(LOAD(flag), bad[i][0]);
+	}
+}
+
+Test(config, number_bounds_inclusive)
+{
+	cr_assert_eq(LOAD("--pool", "1", "--max-line", "64", "--shutdown-grace-ms", "0",
+			  "--default-ttl-ms", "100", "--max-inflight", "1"),
+		     CONFIG_OK, "%s", err);
+	cr_expect_eq(C.pool, 1);
+	cr_expect_eq(C.max_line, 64);
+	cr_expect_eq(C.default_ttl_ms, 100);
+	cr_assert_eq(LOAD("--pool", "64", "--max-line", "16777216", "--shutdown-grace-ms", "3600000",
+			  "--default-ttl-ms", "86400000", "--max-inflight", "65536",
+			  "--max-connections", "1000000", "--max-leases-per-session", "1000000"),
+		     CONFIG_OK, "%s", err);
+	cr_expect_eq(C.pool, 64);
+	cr_expect_eq(C.max_line, 16777216);
+	cr_expect_eq(C.shutdown_grace_ms, 3600000);
+	cr_expect_eq(C.default_ttl_ms, 86400000);
+	cr_expect_eq(C.max_inflight, 65536);
+	cr_expect_eq(C.max_connections, 1000000);
+}
+
+Test(config, socket_mode_octal)
+{
+	static const struct { const char *in; unsigned want; } good[] = {
+		{"0660", 0660}, {"660", 0660}, {"0777", 0777}, {"0", 0}, {"0000640", 0640},
+	};
+	static const char *const bad[] = {"0778", "1000", "8", "0x1ff", "", "-660", "66 0", "0o660"};
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		cr_assert_eq(LOAD("--socket-mode", good[i].in), CONFIG_OK, "%s: %s", good[i].in, err);
+		cr_expect_eq(C.socket_mode, good[i].want, "%s", good[i].in);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char flag[64];
+		snprintf(flag, sizeof(flag), "--socket-mode=%s", bad[i]);
+		expect_error(LOAD(flag), "--socket-mode");
+	}
+	cr_assert_eq(LOAD("--config", write_str("m.json", "{\"socket-mode\": \"0640\"}")), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.socket_mode, 0640);
+}
+
+Test(config, log_levels)
+{
+	static const char *const names[] = {"debug", "info", "warn", "error"};
+
+	for (int i = 0; i < 4; i++) {
+		cr_expect_eq(config_log_level(names[i]), i);
+		cr_assert_eq(LOAD("--log-level", names[i]), CONFIG_OK, "%s", err);
+		cr_expect_eq((int)C.log_level, i);
+	}
+	cr_expect_eq(config_log_level("INFO"), -1);
+	cr_expect_eq(config_log_level("warning"), -1);
+	cr_expect_eq(config_log_level(""), -1);
+	cr_expect_eq(config_log_level(NULL), -1);
+	expect_error(LOAD("--log-level", "trace"), "--log-level");
+}
+
+Test(config, prefix_rules)
+{
+	char p65[66];
+
+	memset(p65, 'p', 65);
+	p65[65] = '\0';
+	expect_error(LOAD("--prefix", p65), "--prefix");
+	p65[64] = '\0';
+	cr_assert_eq(LOAD("--prefix", p65), CONFIG_OK, "%s", err);
+	cr_expect_eq(strlen(C.prefix), 64);
+	cr_assert_eq(LOAD("--prefix", "my app:"), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.prefix, "my app:");
+	expect_error(LOAD("--prefix="), "--prefix");
+	expect_error(LOAD("--prefix", "a{b"), "--prefix");
+	expect_error(LOAD("--prefix", "a}b"), "--prefix");
+	expect_error(LOAD("--prefix", "a\tb"), "--prefix");
+	expect_error(LOAD("--prefix", "a\nb"), "--prefix");
+	expect_error(LOAD("--prefix", "a\x7f"), "--prefix");
+}
+
+Test(config, bad_command_lines)
+{
+	expect_error(LOAD("--bogus"), "--bogus");
+	expect_error(LOAD("--bogus=1"), "--bogus");
+	expect_error(LOAD("--pool"), "--pool");
+	expect_error(LOAD("--pool", "--prefix", "x"), "--pool");
+	expect_error(LOAD("stray"), "unexpected argument");
+	expect_error(LOAD("-p", "4"), "unexpected argument");
+	expect_error(LOAD("--"), "unknown flag");
+	expect_error(LOAD("--version=1"), "--version");
+	expect_error(LOAD("--help=yes"), "--help");
+	expect_error(LOAD("--Pool", "4"), "--Pool");
+}
+
+Test(config, help_lists_every_flag)
+{
+	static const char *const flags[] = {
+		"--config FILE", "--listen URL", "--redis URL", "--redis-password-file FILE",
+		"--prefix STR", "--default-ttl-ms N", "--auth-file FILE", "--socket-mode OCTAL",
+		"--pool N", "--max-line N", "--log-level LEVEL", "--shutdown-grace-ms N",
+		"--max-connections N", "--max-leases-per-session N", "--max-inflight N",
+		"--version", "--help", "LOCKBROKER_REDIS_PASSWORD",
+	};
+	static char out[16384];
+	static const lb_config_t zero;
+
+	cr_assert_eq(load_capture((const char *const[]){"--pool", "3", "--help", NULL}, out, sizeof(out)),
+		     CONFIG_EXIT, "%s", err);
+	cr_expect_not_null(strstr(out, "Usage: lockbrokerd"));
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+		cr_expect_not_null(strstr(out, flags[i]), "help lacks '%s'", flags[i]);
+	cr_expect_eq(memcmp(&C, &zero, sizeof(C)), 0, "struct freed on CONFIG_EXIT");
+}
+
+Test(config, help_and_version_win_over_a_broken_config)
+{
+	char out[256];
+
+	cr_expect_eq(load_capture((const char *const[]){"--config", "/nonexistent.json", "--help", NULL},
+				  (char[16384]){0}, 16384),
+		     CONFIG_EXIT);
+	cr_assert_eq(load_capture((const char *const[]){"--config", "/nonexistent.json", "--version", NULL},
+				  out, sizeof(out)),
+		     CONFIG_EXIT);
+	cr_expect_eq(strncmp(out, "lockbrokerd ", 12), 0, "%s", out);
+}
+
+Test(config, version)
+{
+	char out[256];
+	size_t n;
+
+	cr_assert_eq(load_capture((const char *const[]){"--version", NULL}, out, sizeof(out)), CONFIG_EXIT);
+	cr_expect_eq(strncmp(out, "lockbrokerd ", 12), 0, "%s", out);
+	n = strlen(out);
+	cr_assert_gt(n, 13);
+	cr_expect_eq(out[n - 1], '\n');
+	cr_expect_null(strchr(out, '\n') == out + n - 1 ? NULL : out, "one line only: %s", out);
+	cr_expect(out[12] >= '0' && out[12] <= '9', "%s", out);
+}
+
+static void expect_auth(const char *content, size_t len, const char *want)
+{
+	const char *f = write_file("auth", content, len);
+
+	cr_assert_eq(LOAD("--auth-file", f), CONFIG_OK, "%s", err);
+	cr_assert_not_null(C.auth_secret);
+	cr_expect_str_eq(C.auth_secret, want);
+}
+
+Test(config, auth_secret_strips_exactly_one_newline)
+{
+	expect_auth("abc", 3, "abc");
+	expect_auth("abc\n", 4, "abc");
+	expect_auth("abc\r\n", 5, "abc");
+	expect_auth("abc\n\n", 5, "abc\n");
+	expect_auth("abc\r\n\r\n", 7, "abc\r\n");
+	expect_auth("abc\r", 4, "abc\r");
+	expect_auth("abc\n\r", 5, "abc\n\r");
+	expect_auth(" a b ", 5, " a b ");
+	expect_auth("\n\n", 2, "\n");
+}
+
+Test(config, auth_secret_bad_files)
+{
+	char big[4098];
+	const char *f;
+
+	expect_error(LOAD("--auth-file", write_file("e", "", 0)), "empty");
+	expect_error(LOAD("--auth-file", write_file("nl", "\n", 1)), "empty");
+	expect_error(LOAD("--auth-file", write_file("crnl", "\r\n", 2)), "empty");
+	expect_error(LOAD("--auth-file", write_file("nul", "hunter2\0x", 9)), "NUL");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+
+	expect_error(LOAD("--auth-file", "/nonexistent/secret"), "/nonexistent/secret");
+	expect_error(LOAD("--auth-file", dir), dir);
+	expect_error(LOAD("--auth-file="), "--auth-file");
+
+	memset(big, 'h', sizeof(big));
+	memcpy(big, "hunter2", 7);
+	f = write_file("big", big, 4097);
+	expect_error(LOAD("--auth-file", f), "4096");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+	f = write_file("max", big, 4096);
+	cr_assert_eq(LOAD("--auth-file", f), CONFIG_OK, "%s", err);
+	cr_expect_eq(strlen(C.auth_secret), 4096);
+}
+
+Test(config, auth_unreadable_file)
+{
+	const char *f = write_str("locked", "hunter2\n");
+
+	cr_assert_eq(chmod(f, 0), 0);
+	if (geteuid() == 0) {
+		cr_assert_eq(LOAD("--auth-file", f), CONFIG_OK, "root reads mode 000 files: %s", err);
+		cr_expect_str_eq(C.auth_secret, "hunter2");
+		return;
+	}
+	expect_error(LOAD("--auth-file", f), "locked");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+}
+
+Test(config, auth_file_from_config_file)
+{
+	const char *secret = write_str("auth", "s3cret\n");
+	char json[512];
+
+	snprintf(json, sizeof(json), "{\"auth-file\": \"%s\"}", secret);
+	cr_assert_eq(LOAD("--config", write_str("c.json", json)), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.auth_secret, "s3cret");
+}
+
+Test(config, redis_password_precedence)
+{
+	const char *pwfile = write_str("pw", "from-file\r\n");
+
+	setenv("LOCKBROKER_REDIS_PASSWORD", "from-env", 1);
+
+	cr_assert_eq(LOAD("--redis", "redis://:from-url@h", "--redis-password-file", pwfile), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.password, "from-url");
+
+	cr_assert_eq(LOAD("--redis", "redis://:from-url@h", "--redis-password-file", "/nonexistent/pw"),
+		     CONFIG_OK, "the file is not read when the URL has a password: %s", err);
+	cr_expect_str_eq(C.redis.password, "from-url");
+
+	cr_assert_eq(LOAD("--redis", "redis://h", "--redis-password-file", pwfile), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.password, "from-file");
+
+	cr_assert_eq(LOAD("--redis", "unix:///r.sock"), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.password, "from-env");
+
+	cr_assert_eq(LOAD0(), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.password, "from-env");
+
+	setenv("LOCKBROKER_REDIS_PASSWORD", "", 1);
+	cr_assert_eq(LOAD0(), CONFIG_OK, "%s", err);
+	cr_expect_null(C.redis.password, "an empty variable means no password");
+
+	unsetenv("LOCKBROKER_REDIS_PASSWORD");
+	cr_assert_eq(LOAD0(), CONFIG_OK, "%s", err);
+	cr_expect_null(C.redis.password);
+}
+
+Test(config, redis_password_file_from_config_file)
+{
+	const char *pw = write_str("pw", "pw\n\n");
+	char json[512];
+
+	snprintf(json, sizeof(json), "{\"redis-password-file\": \"%s\"}", pw);
+	cr_assert_eq(LOAD("--config", write_str("c.json", json)), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.password, "pw\n");
+}
+
+Test(config, redis_password_file_errors)
+{
+	expect_error(LOAD("--redis-password-file", "/nonexistent/pw"), "/nonexistent/pw");
+	expect_error(LOAD("--redis-password-file", write_str("e", "\r\n")), "empty");
+}
+
+Test(config, errors_never_show_the_password)
+{
+	const char *f;
+
+	expect_error(LOAD("--redis", "redis://:hunter2@h:99999"), "--redis");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+	expect_error(LOAD("--redis", "redis://:hunter2@h/x"), "--redis");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+	expect_error(LOAD("--redis", "redis://alice:hunter2@h"), "--redis");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+	expect_error(LOAD("--redis=redis://:hunter2@h", "--pool", "0"), "--pool");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+
+	f = write_str("r.json", "{\"redis\": \"redis://:hunter2@h:0\"}");
+	expect_error(LOAD("--config", f), "\"redis\"");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+
+	/* A JSON syntax error right in the password: jansson would quote it. */
+	f = write_str("s.json", "{\"redis\": \"redis://:hunter2\x01@h\"}");
+	expect_error(LOAD("--config", f), "s.json");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+	f = write_str("s2.json", "{\"redis\": \"redis://:hunter2\\q@h\"}");
+	expect_error(LOAD("--config", f), "s2.json");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+}
+
+Test(config, free_zeroes_and_struct_is_reusable)
+{
+	static const lb_config_t zero;
+	const char *a = write_str("a", "x\n");
+
+	cr_assert_eq(LOAD("--auth-file", a, "--redis", "redis://:pw@h", "--prefix", "p:"), CONFIG_OK, "%s", err);
+	config_free(&C);
+	cr_expect_eq(memcmp(&C, &zero, sizeof(C)), 0);
+	config_free(&C); /* twice is fine */
+	config_free(NULL);
+	cr_assert_eq(LOAD("--pool", "5"), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.pool, 5);
+	cr_expect_null(C.auth_secret);
+	cr_expect_str_eq(C.prefix, "lb:");
+}
+
+Test(config, null_error_buffer_is_fine)
+{
+	char *argv[] = {(char[]){"lockbrokerd"}, (char[]){"--bogus"}, NULL};
+
+	cr_expect_eq(config_load(&C, 2, argv, NULL, 0), CONFIG_ERROR);
+	cr_expect_eq(config_load(&C, 1, argv, NULL, 0), CONFIG_OK);
+}

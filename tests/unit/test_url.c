@@ -1,0 +1,404 @@
+/*
+ * test_url.c - listen and Redis URL parsing: every accepted form, every
+ * rejection rule, and that no error message ever carries a password.
+ */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "broker/url.h"
+
+static listen_addr_t L;
+static redis_addr_t R;
+static char err[256];
+
+static void fini_redis(void)
+{
+	redis_addr_clear(&R);
+}
+
+static int listen_ok(const char *url)
+{
+	memset(&L, 0xa5, sizeof(L));
+	err[0] = '\0';
+	return url_parse_listen(url, &L, err, sizeof(err));
+}
+
+static void expect_listen_bad(const char *url)
+{
+	memset(&L, 0xa5, sizeof(L));
+	strcpy(err, "");
+	cr_expect_eq(url_parse_listen(url, &L, err, sizeof(err)), -1, "accepted bad listen URL '%s'", url);
+	cr_expect_neq(err[0], '\0', "no message for '%s'", url);
+	cr_expect_eq(L.host[0], '\0', "host not cleared for '%s'", url);
+	cr_expect_eq(L.path[0], '\0', "path not cleared for '%s'", url);
+}
+
+static int redis_parse(const char *url)
+{
+	redis_addr_clear(&R);
+	err[0] = '\0';
+	return url_parse_redis(url, &R, err, sizeof(err));
+}
+
+static void expect_redis_bad(const char *url)
+{
+	cr_expect_eq(redis_parse(url), -1, "accepted bad Redis URL '%s'", url);
+	cr_expect_neq(err[0], '\0', "no message for '%s'", url);
+	cr_expect_null(R.password, "password kept after failure of '%s'", url);
+	cr_expect_null(strstr(err, "hunter2"), "message for '%s' leaks the password: %s", url, err);
+}
+
+Test(url, listen_tcp_ipv4)
+{
+	cr_assert_eq(listen_ok("tcp://127.0.0.1:7380"), 0, "%s", err);
+	cr_expect_eq(L.kind, URL_TCP);
+	cr_expect_str_eq(L.host, "127.0.0.1");
+	cr_expect_eq(L.port, 7380);
+}
+
+Test(url, listen_tcp_name_and_port_range)
+{
+	cr_assert_eq(listen_ok("tcp://broker-1.example_net.local:65535"), 0, "%s", err);
+	cr_expect_str_eq(L.host, "broker-1.example_net.local");
+	cr_expect_eq(L.port, 65535);
+	cr_assert_eq(listen_ok("tcp://localhost:0"), 0, "%s", err);
+	cr_expect_eq(L.port, 0, "port 0 means any free port");
+	cr_assert_eq(listen_ok("tcp://h:00080"), 0, "%s", err);
+	cr_expect_eq(L.port, 80);
+}
+
+Test(url, listen_tcp_ipv6_brackets_dropped)
+{
+	cr_assert_eq(listen_ok("tcp://[::1]:7380"), 0, "%s", err);
+	cr_expect_str_eq(L.host, "::1");
+	cr_expect_eq(L.port, 7380);
+	cr_assert_eq(listen_ok("tcp://[::]:1"), 0, "%s", err);
+	cr_expect_str_eq(L.host, "::");
+	cr_assert_eq(listen_ok("tcp://[2001:db8::10:1]:9"), 0, "%s", err);
+	cr_expect_str_eq(L.host, "2001:db8::10:1");
+	cr_assert_eq(listen_ok("tcp://[::ffff:127.0.0.1]:9"), 0, "%s", err);
+	cr_expect_str_eq(L.host, "::ffff:127.0.0.1");
+}
+
+Test(url, listen_scheme_case_insensitive)
+{
+	cr_assert_eq(listen_ok("TCP://h:1"), 0, "%s", err);
+	cr_expect_eq(L.kind, URL_TCP);
+	cr_assert_eq(listen_ok("Unix:///s"), 0, "%s", err);
+	cr_expect_eq(L.kind, URL_UNIX);
+}
+
+Test(url, listen_unix)
+{
+	cr_assert_eq(listen_ok("unix:///run/lockbroker/lockbroker.sock"), 0, "%s", err);
+	cr_expect_eq(L.kind, URL_UNIX);
+	cr_expect_str_eq(L.path, "/run/lockbroker/lockbroker.sock");
+}
+
+Test(url, listen_unix_path_length_limit)
+{
+	char url[256], path[URL_PATH_MAX + 2];
+
+	memset(path, 'a', sizeof(path));
+	path[0] = '/';
+	path[URL_PATH_MAX] = '\0'; /* exactly 107 bytes */
+	snprintf(url, sizeof(url), "unix://%s", path);
+	cr_assert_eq(listen_ok(url), 0, "%s", err);
+	cr_expect_eq(strlen(L.path), (size_t)URL_PATH_MAX);
+	path[URL_PATH_MAX] = 'a';
+	path[URL_PATH_MAX + 1] = '\0'; /* 108 bytes */
+	snprintf(url, sizeof(url), "unix://%s", path);
+	expect_listen_bad(url);
+	cr_assert_eq(redis_parse(url), -1, "redis unix path too long accepted");
+}
+
+Test(url, listen_host_length_limit)
+{
+	char url[600], host[URL_HOST_MAX + 2];
+
+	memset(host, 'h', sizeof(host));
+	host[URL_HOST_MAX] = '\0';
+	snprintf(url, sizeof(url), "tcp://%s:1", host);
+	cr_assert_eq(listen_ok(url), 0, "%s", err);
+	cr_expect_eq(strlen(L.host), (size_t)URL_HOST_MAX);
+	host[URL_HOST_MAX] = 'h';
+	host[URL_HOST_MAX + 1] = '\0';
+	snprintf(url, sizeof(url), "tcp://%s:1", host);
+	expect_listen_bad(url);
+}
+
+Test(url, listen_rejects)
+{
+	static const char *const bad[] = {
+		"",
+		"127.0.0.1:7380",          /* no scheme */
+		"tcp:/127.0.0.1:7380",
+		"http://127.0.0.1:7380",
+		"udp://127.0.0.1:7380",
+		"redis://127.0.0.1:6379",
+		"tcp://127.0.0.1",         /* port required */
+		"tcp://127.0.0.1:",        /* empty port */
+		"tcp://:7380",             /* empty host */
+		"tcp://",
+		"tcp://h:65536",
+		"tcp://h:-1",
+		"tcp://h:+1",
+		"tcp://h: 1",
+		"tcp://h:1 ",
+		"tcp://h:1x",
+		"tcp://h:0x10",
+		"tcp://h:99999999999999999999999",
+		"tcp://h:1/",
+		"tcp://h:1/x",
+		"tcp://h:1?a=b",
+		"tcp://h:1#f",
+		"tcp://user@h:1",
+		"tcp://h h:1",
+		"tcp://h\t:1",
+		"tcp://h:1:2",
+		"tcp://::1:7380",          /* IPv6 needs brackets */
+		"tcp://[::1:7380",
+		"tcp://[::1]",             /* port still required */
+		"tcp://[::1]7380",
+		"tcp://[::1]:7380x",
+		"tcp://[]:1",
+		"tcp://[zz::1]:1",
+		"tcp://[127.0.0.1]:1",     /* brackets are for IPv6 only */
+		"tcp://[fe80::1%eth0]:1",  /* zone ids unsupported */
+		"unix://",
+		"unix://relative/path",
+		"unix://localhost/tmp/s",
+		"unix:///tmp/dir/",
+		"unix:///",
+		"unix:///tmp/s?x=1",
+		"unix:///tmp/s#f",
+		"unix:///tmp/a\tb",
+		"unix:///tmp/a\x7f",
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		expect_listen_bad(bad[i]);
+}
+
+Test(url, listen_null_err_buffer_is_fine)
+{
+	cr_expect_eq(url_parse_listen("bogus", &L, NULL, 0), -1);
+	cr_expect_eq(url_parse_listen("tcp://h:1", &L, NULL, 0), 0);
+}
+
+Test(url, format_listen_round_trip)
+{
+	static const char *const urls[] = {
+		"tcp://127.0.0.1:7380", "tcp://[::1]:7380", "tcp://localhost:0",
+		"unix:///run/lockbroker/lockbroker.sock",
+	};
+	char buf[256];
+
+	for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
+		cr_assert_eq(listen_ok(urls[i]), 0, "%s", err);
+		url_format_listen(&L, buf, sizeof(buf));
+		cr_expect_str_eq(buf, urls[i]);
+	}
+	cr_assert_eq(listen_ok("TCP://[::]:00080"), 0, "%s", err);
+	url_format_listen(&L, buf, sizeof(buf));
+	cr_expect_str_eq(buf, "tcp://[::]:80", "canonical form");
+}
+
+Test(url, format_listen_truncates_safely)
+{
+	char buf[8];
+
+	cr_assert_eq(listen_ok("tcp://127.0.0.1:7380"), 0, "%s", err);
+	memset(buf, 'x', sizeof(buf));
+	url_format_listen(&L, buf, sizeof(buf));
+	cr_expect_str_eq(buf, "tcp://1");
+}
+
+Test(url, redis_defaults, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("redis://127.0.0.1:6379"), 0, "%s", err);
+	cr_expect_eq(R.kind, URL_TCP);
+	cr_expect_str_eq(R.host, "127.0.0.1");
+	cr_expect_eq(R.port, 6379);
+	cr_expect_eq(R.db, 0);
+	cr_expect_null(R.password);
+
+	cr_assert_eq(redis_parse("redis://cache.internal"), 0, "%s", err);
+	cr_expect_str_eq(R.host, "cache.internal");
+	cr_expect_eq(R.port, 6379, "default port");
+	cr_expect_eq(R.db, 0);
+}
+
+Test(url, redis_db, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("redis://h/5"), 0, "%s", err);
+	cr_expect_eq(R.db, 5);
+	cr_expect_eq(R.port, 6379);
+	cr_assert_eq(redis_parse("redis://h:7000/15"), 0, "%s", err);
+	cr_expect_eq(R.port, 7000);
+	cr_expect_eq(R.db, 15);
+	cr_assert_eq(redis_parse("redis://h:7000/"), 0, "%s", err);
+	cr_expect_eq(R.db, 0, "empty db path means 0");
+	cr_assert_eq(redis_parse("redis://h/2147483647"), 0, "%s", err);
+	cr_expect_eq(R.db, INT_MAX);
+	expect_redis_bad("redis://h/2147483648");
+	expect_redis_bad("redis://h/99999999999999999999");
+}
+
+Test(url, redis_ipv6, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("redis://[::1]:6380/3"), 0, "%s", err);
+	cr_expect_str_eq(R.host, "::1");
+	cr_expect_eq(R.port, 6380);
+	cr_expect_eq(R.db, 3);
+	cr_assert_eq(redis_parse("redis://[::1]"), 0, "%s", err);
+	cr_expect_eq(R.port, 6379);
+}
+
+Test(url, redis_password, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("redis://:secret@h:6380/2"), 0, "%s", err);
+	cr_assert_not_null(R.password);
+	cr_expect_str_eq(R.password, "secret");
+	cr_expect_str_eq(R.host, "h");
+	cr_expect_eq(R.port, 6380);
+	cr_expect_eq(R.db, 2);
+
+	cr_assert_eq(redis_parse("redis://:pa:ss@h"), 0, "%s", err);
+	cr_expect_str_eq(R.password, "pa:ss", "only the first ':' separates the user");
+
+	cr_assert_eq(redis_parse("redis://:a@b@h/1"), 0, "%s", err);
+	cr_expect_str_eq(R.password, "a@b", "a raw '@' is tolerated: the last one ends the userinfo");
+	cr_expect_str_eq(R.host, "h");
+	cr_expect_eq(R.db, 1);
+
+	cr_assert_eq(redis_parse("redis://:a/b@h"), 0, "%s", err);
+	cr_expect_str_eq(R.password, "a/b");
+	cr_expect_str_eq(R.host, "h");
+}
+
+Test(url, redis_password_percent_decoding, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("redis://:p%40ss%3aw%2F%25x@h"), 0, "%s", err);
+	cr_expect_str_eq(R.password, "p@ss:w/%x");
+	cr_assert_eq(redis_parse("redis://:%e2%82%AC@h"), 0, "%s", err);
+	cr_expect_str_eq(R.password, "\xe2\x82\xac");
+	expect_redis_bad("redis://:hunter2%4@h");
+	expect_redis_bad("redis://:hunter2%@h");
+	expect_redis_bad("redis://:hunter2%zz@h");
+	expect_redis_bad("redis://:hunter2%g0@h");
+	expect_redis_bad("redis://:hunter2%00@h");
+}
+
+Test(url, redis_empty_password_is_none, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("redis://:@h"), 0, "%s", err);
+	cr_expect_null(R.password);
+	cr_assert_eq(redis_parse("redis://@h"), 0, "%s", err);
+	cr_expect_null(R.password);
+	cr_assert_eq(redis_parse("redis://default:@h"), 0, "%s", err);
+	cr_expect_null(R.password);
+}
+
+Test(url, redis_acl_user, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("redis://default:pw@h"), 0, "%s", err);
+	cr_expect_str_eq(R.password, "pw", "user 'default' is what AUTH PASSWORD means");
+	expect_redis_bad("redis://alice:hunter2@h");
+	expect_redis_bad("redis://hunter2@h"); /* user or password? ambiguous */
+}
+
+Test(url, redis_unix, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("unix:///var/run/redis/redis.sock"), 0, "%s", err);
+	cr_expect_eq(R.kind, URL_UNIX);
+	cr_expect_str_eq(R.path, "/var/run/redis/redis.sock");
+	cr_expect_eq(R.db, 0);
+	cr_expect_null(R.password);
+	cr_assert_eq(redis_parse("unix:///r.sock?db=7"), 0, "%s", err);
+	cr_expect_str_eq(R.path, "/r.sock");
+	cr_expect_eq(R.db, 7);
+}
+
+Test(url, redis_rejects, .fini = fini_redis)
+{
+	static const char *const bad[] = {
+		"",
+		"h:6379",
+		"rediss://h:6379",
+		"http://h",
+		"tcp://h:6379",
+		"redis://",
+		"redis:///0",
+		"redis://:6379",
+		"redis://h:",
+		"redis://h:0",
+		"redis://h:65536",
+		"redis://h:abc",
+		"redis://h:6379x",
+		"redis://h:-1",
+		"redis://h/x",
+		"redis://h/1x",
+		"redis://h/-1",
+		"redis://h/+1",
+		"redis://h/1/2",
+		"redis://h/ 1",
+		"redis://h?db=1",
+		"redis://h#x",
+		"redis://h/1?x",
+		"redis://h h",
+		"redis://::1",
+		"redis://[::1",
+		"redis://[nope]:1",
+		"redis://:hunter2@",
+		"redis://:hunter2@:6379",
+		"redis://:hunter2@h:99999",
+		"redis://:hunter2@h/x",
+		"redis://:hunter2@h?db=1",
+		"redis://:hunter2@[::1",
+		"unix://",
+		"unix://rel.sock",
+		"unix:///dir/",
+		"unix:///r.sock?",
+		"unix:///r.sock?db=",
+		"unix:///r.sock?db=x",
+		"unix:///r.sock?db=-1",
+		"unix:///r.sock?db=1x",
+		"unix:///r.sock?db=2147483648",
+		"unix:///r.sock?foo=1",
+		"unix:///r.sock?db=1&x=2",
+		"unix:///r.sock#x",
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		expect_redis_bad(bad[i]);
+}
+
+Test(url, redis_failure_leaves_cleared_struct)
+{
+	redis_addr_t a;
+
+	memset(&a, 0x5a, sizeof(a));
+	cr_assert_eq(url_parse_redis("redis://:hunter2@h:0", &a, err, sizeof(err)), -1);
+	cr_expect_null(a.password);
+	cr_expect_eq(a.host[0], '\0');
+	cr_expect_eq(a.port, 0);
+	redis_addr_clear(&a); /* safe after a failure */
+	cr_expect_null(a.password);
+}
+
+Test(url, redis_clear_is_idempotent)
+{
+	redis_addr_t a;
+
+	cr_assert_eq(url_parse_redis("redis://:pw@h", &a, err, sizeof(err)), 0, "%s", err);
+	cr_assert_not_null(a.password);
+	redis_addr_clear(&a);
+	cr_expect_null(a.password);
+	cr_expect_eq(a.port, 0);
+	redis_addr_clear(&a);
+	redis_addr_clear(NULL);
+	cr_expect_null(a.password);
+}
