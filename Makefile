@@ -81,6 +81,7 @@ run: deps
 
 # ASAN_OPTIONS: leaks are errors. Criterion forks workers; each is checked.
 TEST_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
+            LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
             LB_BROKER_BIN=$(CURDIR)/build/san/lockbrokerd
 test: deps

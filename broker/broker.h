@@ -26,12 +26,8 @@
 
 #include "broker/config.h"
 #include "broker/timers.h"
+#include "broker/version.h"
 
-#define LOCKBROKER_NAME "lockbroker"
-#ifndef LOCKBROKER_VERSION
-#define LOCKBROKER_VERSION "0.1.0"
-#endif
-#define LB_PROTO_VERSION 1
 /* How long the fence key outlives the lock's other keys. */
 #define LB_FENCE_RETENTION_MS 60000
 #define LB_FENCE_RETENTION_STR "60000"

@@ -27,6 +27,7 @@
  * are never quoted, and jansson's "near '...'" excerpt is cut off.
  */
 #include "broker/config.h"
+#include "broker/version.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,9 +39,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifndef LOCKBROKER_VERSION
-#define LOCKBROKER_VERSION "0.1.0"
-#endif
 
 #define SECRET_MAX 4096
 #define PREFIX_MAX 64

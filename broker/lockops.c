@@ -220,7 +220,7 @@ static void on_acquired(const redisReply *r, void *priv)
 	}
 	LOG(LOG_DEBUG, "msg=\"acquired\" session=%s lease=%s fence=%" PRId64 "%s", s->name,
 	    log_token(c->token, tb), a, c->detach ? " detached=1" : "");
-	answer_acquired(c, c->token, a, c->ttl_ms, 1);
+	answer_acquired(c, c->token, a, b, 1); /* b: the lifetime Redis granted */
 	ctx_done(c);
 }
 

@@ -497,29 +497,37 @@ Test(frame, free_with_partial_line_and_reinit)
 
 Test(frame, buffer_stays_bounded, .timeout = 30)
 {
-	/* 200000 lines of 10 bytes each, fed in 7-byte pieces: there is always
-	 * a partial line, so the buffer never empties; it must be compacted
-	 * instead of growing with the total input. */
+	/* 200000 lines of 10 bytes each: one piece of 5 bytes, then pieces of
+	 * 11, so a partial line is always left and the buffer never empties;
+	 * it must be compacted instead of growing with the total input. */
 	static const char chunk[] = "0123456789\n";
 	frame_t f;
 	const char *line;
 	size_t len, fed = 0, total = 200000 * 11, lines = 0, maxcap = 0;
-	char piece[7];
+	char piece[11];
 	int rc;
 
 	frame_init(&f, 16);
 	while (fed < total) {
-		size_t i, m = total - fed < 7 ? total - fed : 7;
+		size_t i, m = fed == 0 ? 5 : 11;
 
+		if (m > total - fed)
+			m = total - fed;
 		for (i = 0; i < m; i++)
 			piece[i] = chunk[(fed + i) % 11];
 		cr_assert_eq(frame_feed(&f, piece, m), 0);
 		fed += m;
 		while ((rc = frame_next(&f, &line, &len)) == FRAME_LINE) {
 			cr_assert_eq(len, 10u);
+			cr_assert_eq(memcmp(line, chunk, 10), 0);
 			lines++;
 		}
 		cr_assert_eq(rc, FRAME_NEED_MORE);
+		if (fed < total) {
+			cr_assert_eq(frame_pending(&f), 5u);
+			/* The partial line is not scanned again. */
+			cr_assert_eq(f.scanned, 5u);
+		}
 		if (f.cap > maxcap)
 			maxcap = f.cap;
 	}
