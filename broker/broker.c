@@ -48,6 +48,28 @@ void broker_random_hex(char *buf, size_t n)
 	buf[2 * n] = '\0';
 }
 
+static void on_flush_prepare(uv_prepare_t *h)
+{
+	(void)h;
+	session_flush_dirty();
+}
+
+static void on_flush_check(uv_check_t *h)
+{
+	(void)h;
+	session_flush_dirty();
+}
+
+static void close_loop_handles(void)
+{
+	session_flush_dirty();
+	uv_close((uv_handle_t *)&server.sigterm, NULL);
+	uv_close((uv_handle_t *)&server.sigint, NULL);
+	uv_close((uv_handle_t *)&server.flush_prepare, NULL);
+	uv_close((uv_handle_t *)&server.flush_check, NULL);
+	timers_close();
+}
+
 static void finish(void)
 {
 	session_t *s, *next;
@@ -61,9 +83,7 @@ static void finish(void)
 		session_close(s, "broker stopping");
 	}
 	rpool_close();
-	uv_close((uv_handle_t *)&server.sigterm, NULL);
-	uv_close((uv_handle_t *)&server.sigint, NULL);
-	timers_close();
+	close_loop_handles();
 	LOG(LOG_INFO, "msg=\"stopped\"");
 }
 
@@ -132,10 +152,15 @@ int broker_start(uv_loop_t *loop, const lb_config_t *cfg)
 	uv_signal_start(&server.sigterm, on_signal, SIGTERM);
 	uv_signal_start(&server.sigint, on_signal, SIGINT);
 
+	uv_prepare_init(loop, &server.flush_prepare);
+	uv_prepare_start(&server.flush_prepare, on_flush_prepare);
+	uv_unref((uv_handle_t *)&server.flush_prepare);
+	uv_check_init(loop, &server.flush_check);
+	uv_check_start(&server.flush_check, on_flush_check);
+	uv_unref((uv_handle_t *)&server.flush_check);
+
 	if (listeners_open(loop) < 0) {
-		uv_close((uv_handle_t *)&server.sigterm, NULL);
-		uv_close((uv_handle_t *)&server.sigint, NULL);
-		timers_close();
+		close_loop_handles();
 		return -1;
 	}
 	rpool_init(loop, &cfg->redis, cfg->pool, on_redis_up);
@@ -146,5 +171,7 @@ int broker_start(uv_loop_t *loop, const lb_config_t *cfg)
 
 void broker_free(void)
 {
+	session_flush_dirty();
+	session_flush_list_free();
 	lease_table_free();
 }

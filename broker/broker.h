@@ -67,6 +67,10 @@ struct broker {
 	broker_stats_t stats;
 	timer_ent_t grace; /* the shutdown grace period */
 	uv_signal_t sigterm, sigint;
+	/* Output queued in a loop turn is written before the loop blocks again:
+	 * prepare covers timer callbacks, check covers I/O callbacks. */
+	uv_prepare_t flush_prepare;
+	uv_check_t flush_check;
 	int exit_code;
 };
 

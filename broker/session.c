@@ -3,9 +3,11 @@
  *
  * Reads go through one shared buffer (the loop is single-threaded and
  * frame_feed copies what it keeps), so an idle session costs no read
- * buffer. Writes try uv_try_write first and queue only what the socket did
- * not take. The read side pauses for backpressure and resumes from
- * session_op_end() and the write callback.
+ * buffer. Output is coalesced per loop turn: session_send appends to the
+ * out buffer and puts the session on the dirty list (holding a reference);
+ * session_flush_dirty tries uv_try_write and hands only what the socket did
+ * not take to one uv_write. The read side pauses for backpressure and
+ * resumes from session_op_end() and the write callback.
  */
 #include "broker/session.h"
 
@@ -20,13 +22,16 @@
 
 #define READ_BUF_SIZE 65536
 
-typedef struct write_req {
-	uv_write_t req;
-	char *data; /* owned */
-	size_t len;
-} write_req_t;
+#define OUT_KEEP_CAP 4096 /* an emptied out buffer larger than this is freed */
+
+/* Sessions with output queued this loop turn; each entry holds a ref. */
+static struct {
+	session_t **v;
+	size_t len, cap;
+} dirty;
 
 static void session_process(session_t *s);
+static void flush(session_t *s);
 static void on_keepalive(timer_ent_t *t);
 static void on_linger(timer_ent_t *t);
 
@@ -60,6 +65,7 @@ static void maybe_free(session_t *s)
 	if (s->next)
 		s->next->prev = s->prev;
 	frame_free(&s->frame);
+	free(s->out);
 	free(s->client);
 	free(s);
 	broker_session_gone();
@@ -119,6 +125,9 @@ void session_close_after_flush(session_t *s, const char *why)
 {
 	if (s->state != SESSION_OPEN)
 		return;
+	flush(s); /* uv_shutdown waits only for writes libuv already has */
+	if (s->state != SESSION_OPEN)
+		return;
 	end_session(s, why);
 	s->shutdown_req.data = s;
 	if (uv_shutdown(&s->shutdown_req, &s->h.stream, on_shutdown) != 0) {
@@ -159,52 +168,109 @@ void session_set_keepalive(session_t *s, int64_t keepalive_ms)
 
 static void on_write(uv_write_t *req, int status)
 {
-	write_req_t *w = (write_req_t *)req;
 	session_t *s = from_handle((uv_handle_t *)req->handle);
 
-	s->unsent -= w->len;
-	free(w->data);
-	free(w);
+	free(s->wdata);
+	s->wdata = NULL;
+	s->wlen = 0;
+	s->writing = false;
 	if (status < 0) {
 		if (status != UV_ECANCELED)
 			session_close(s, uv_strerror(status));
 		return;
 	}
-	if (s->state == SESSION_OPEN && !s->reading && s->unsent < SESSION_WRITE_LOW)
+	if (s->out_len > 0)
+		flush(s);
+	if (s->state == SESSION_OPEN && !s->reading && session_unsent(s) < SESSION_WRITE_LOW)
 		session_process(s);
 }
 
-static void write_line(session_t *s, char *data, size_t len)
+/* Hands the out buffer to the socket: what uv_try_write takes now, the rest
+ * to one uv_write. Runs for open sessions and for ones closing after flush. */
+static void flush(session_t *s)
 {
-	uv_buf_t buf = uv_buf_init(data, (unsigned)len);
-	write_req_t *w;
-	int n = 0;
+	uv_buf_t buf;
+	int n;
 
-	if (s->unsent == 0) {
-		n = uv_try_write(&s->h.stream, &buf, 1);
-		if (n == (int)len) {
-			free(data);
-			return;
-		}
-		if (n < 0 && n != UV_EAGAIN && n != UV_ENOSYS) {
-			free(data);
-			session_close(s, uv_strerror(n));
-			return;
-		}
-		if (n < 0)
-			n = 0;
+	if (s->writing || s->out_len == 0 || uv_is_closing(&s->h.handle))
+		return;
+	buf = uv_buf_init(s->out, (unsigned)s->out_len);
+	n = uv_try_write(&s->h.stream, &buf, 1);
+	if (n < 0 && n != UV_EAGAIN && n != UV_ENOSYS) {
+		s->out_len = 0;
+		session_close(s, uv_strerror(n));
+		return;
 	}
-	w = xmalloc(sizeof(*w));
-	w->data = data;
-	w->len = len - (size_t)n;
-	buf = uv_buf_init(data + n, (unsigned)w->len);
-	if (uv_write(&w->req, &s->h.stream, &buf, 1, on_write) != 0) {
-		free(data);
-		free(w);
+	if (n < 0)
+		n = 0;
+	if ((size_t)n == s->out_len) {
+		s->out_len = 0;
+		if (s->out_cap > OUT_KEEP_CAP) {
+			free(s->out);
+			s->out = NULL;
+			s->out_cap = 0;
+		}
+		return;
+	}
+	/* The rest goes out as one write; the out buffer starts afresh. */
+	memmove(s->out, s->out + n, s->out_len - (size_t)n);
+	s->wdata = s->out;
+	s->wlen = s->out_len - (size_t)n;
+	s->out = NULL;
+	s->out_len = s->out_cap = 0;
+	buf = uv_buf_init(s->wdata, (unsigned)s->wlen);
+	if (uv_write(&s->wreq, &s->h.stream, &buf, 1, on_write) != 0) {
+		free(s->wdata);
+		s->wdata = NULL;
+		s->wlen = 0;
 		session_close(s, "write failed");
 		return;
 	}
-	s->unsent += w->len;
+	s->writing = true;
+}
+
+void session_flush_dirty(void)
+{
+	/* Flushing may close sessions but never queues new output, so the list
+	 * does not grow while it is walked. */
+	for (size_t k = 0; k < dirty.len; k++) {
+		session_t *s = dirty.v[k];
+		s->dirty = false;
+		if (s->state == SESSION_OPEN)
+			flush(s);
+		session_unref(s);
+	}
+	dirty.len = 0;
+}
+
+void session_flush_list_free(void)
+{
+	FAILS_ASSERT(dirty.len == 0);
+	free(dirty.v);
+	dirty.v = NULL;
+	dirty.cap = 0;
+}
+
+static void out_append(session_t *s, const char *data, size_t len)
+{
+	if (s->out_len + len > s->out_cap) {
+		size_t cap = s->out_cap ? s->out_cap : 256;
+		while (cap < s->out_len + len)
+			cap *= 2;
+		s->out = xrealloc(s->out, cap);
+		s->out_cap = cap;
+	}
+	memcpy(s->out + s->out_len, data, len);
+	s->out_len += len;
+	if (!s->dirty) {
+		if (dirty.len == dirty.cap) {
+			dirty.cap = dirty.cap ? dirty.cap * 2 : 64;
+			dirty.v = xrealloc(dirty.v, dirty.cap * sizeof(*dirty.v));
+		}
+		dirty.v[dirty.len++] = s;
+		s->dirty = true;
+		session_ref(s);
+	}
 }
 
 void session_send(session_t *s, json_t *msg)
@@ -217,7 +283,8 @@ void session_send(session_t *s, json_t *msg)
 		return;
 	}
 	line = resp_dump(msg, &len);
-	write_line(s, line, len);
+	out_append(s, line, len);
+	free(line);
 }
 
 void session_send_error(session_t *s, const json_t *id, lb_err_t code, const char *message)
@@ -236,7 +303,8 @@ void session_op_end(session_t *s)
 
 static bool throttled(const session_t *s)
 {
-	return s->inflight >= (unsigned)server.cfg->max_inflight || s->unsent >= SESSION_WRITE_HIGH;
+	return s->inflight >= (unsigned)server.cfg->max_inflight ||
+	       session_unsent(s) >= SESSION_WRITE_HIGH;
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);

@@ -13,6 +13,11 @@
  * than SESSION_WRITE_HIGH bytes wait to be written, the session stops
  * reading and parsing; it resumes below the limits. So a client that never
  * reads its responses cannot grow the broker's memory without bound.
+ *
+ * Output: responses and events are appended to the session's out buffer and
+ * written once per loop turn (session_flush_dirty, from the broker's check
+ * handle), so a pipelined burst costs one write, not one per response. At
+ * most one uv_write per session is in flight; its buffer is `wdata`.
  */
 #ifndef LB_BROKER_SESSION_H
 #define LB_BROKER_SESSION_H
@@ -53,7 +58,13 @@ typedef struct session {
 	char name[24]; /* "s<id>": in logs and in hello's answer */
 
 	frame_t frame;
-	size_t unsent;     /* bytes handed to libuv and not yet written */
+	char *out;         /* responses not yet handed to libuv; owned */
+	size_t out_len, out_cap;
+	char *wdata;       /* the buffer of the write in flight; owned */
+	size_t wlen;
+	uv_write_t wreq;
+	bool writing;      /* wreq is in flight */
+	bool dirty;        /* in the list of sessions to flush */
 	unsigned inflight; /* requests waiting on Redis */
 	unsigned refs;     /* asynchronous operations holding this pointer */
 	bool reading;
@@ -97,6 +108,13 @@ void session_unref(session_t *s);
 /* An asynchronous request began / ended: counts toward max_inflight. */
 static inline void session_op_begin(session_t *s) { s->inflight++; s->refs++; }
 void session_op_end(session_t *s);
+
+/* Bytes queued and not yet written. */
+static inline size_t session_unsent(const session_t *s) { return s->out_len + s->wlen; }
+/* Writes what every session queued this loop turn. */
+void session_flush_dirty(void);
+/* Frees the list of sessions to flush (at exit). */
+void session_flush_list_free(void);
 
 /* Arms or re-arms keepalive checking (hello's keepalive_ms). */
 void session_set_keepalive(session_t *s, int64_t keepalive_ms);

@@ -157,8 +157,8 @@ int frame_feed(frame_t *f, const char *data, size_t n)
 	reserve(f, n);
 	memcpy(f->buf + f->len, data, n);
 	f->len += n;
-	/* Catch an over-long first line now, so a caller that feeds before
-	 * taking lines cannot make the buffer grow past max_line. */
+	/* Report an over-long first line at once (lines after it are checked
+	 * when frame_next reaches them, so earlier lines still come first). */
 	rc = scan(f, &nl);
 	return rc == FRAME_TOO_LONG ? rc : 0;
 }

@@ -208,7 +208,7 @@ Test(frame, random_splits_match_reference, .timeout = 60)
 			/* Mostly short lines, sometimes a long run. */
 			if (rand() % 40 == 0) {
 				size_t run = (size_t)(rand() % 30);
-				while (run-- > 0 && i < n)
+				for (; run > 0 && i < n; run--)
 					in[i++] = 'x';
 				if (i >= n)
 					break;

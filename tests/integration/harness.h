@@ -1,0 +1,185 @@
+/*
+ * Integration-test harness: real redis-server and lockbrokerd processes, and
+ * a blocking line-protocol client, for Criterion tests.
+ *
+ * Each Criterion test runs in its own worker process. A test declares
+ *
+ *     Test(suite, name, .init = lb_setup, .fini = lb_teardown, .timeout = 30)
+ *
+ * (or LB_TEST(suite, name, timeout) which says the same), starts what it needs
+ * with lb_redis_start() / lb_broker_start(), and ends with lb_end(), which
+ * stops every broker and ASSERTS that each exited with status 0 (the broker is
+ * built with LeakSanitizer, so a leak fails the test there).
+ *
+ * Ownership: everything the harness hands out (clients, brokers, redis
+ * servers, JSON values returned by lb_call and friends, strings from lb_dump)
+ * belongs to the harness and is freed by lb_teardown(); tests never free
+ * them. lb_teardown() also kills whatever is still running (without asserts:
+ * Criterion ignores assertion failures in .fini), closes every client and
+ * removes the temp dir. Children get PR_SET_PDEATHSIG, so a test killed by
+ * its timeout does not leave processes behind either.
+ *
+ * Environment: LB_BROKER_BIN (default build/san/lockbrokerd),
+ * LB_REDIS_BIN (default redis-server), LB_KEEP_TMP=1 keeps the temp dir and
+ * prints its path (logs of redis and every broker are there).
+ */
+#ifndef LB_TESTS_INTEGRATION_HARNESS_H
+#define LB_TESTS_INTEGRATION_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <criterion/criterion.h>
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+
+#define LB_TEST(suite, name, secs) \
+    Test(suite, name, .init = lb_setup, .fini = lb_teardown, .timeout = (secs))
+
+/* Default time a call waits for its response. */
+#define LB_CALL_TIMEOUT_MS 5000
+
+/* ---- fixture ------------------------------------------------------------ */
+
+void lb_setup(void);
+void lb_teardown(void);
+/* Stop every broker (asserting exit status 0) and every redis-server. */
+void lb_end(void);
+const char *lb_tmpdir(void);
+
+/* ---- time ----------------------------------------------------------------- */
+
+int64_t lb_now_ms(void);
+void lb_sleep_ms(int64_t ms);
+
+/* ---- redis-server --------------------------------------------------------- */
+
+typedef struct lb_redis lb_redis;
+
+/* Start a private redis-server: on a Unix socket in the temp dir, or on a free
+ * TCP port of 127.0.0.1 when tcp is true. Waits until it answers PING. */
+lb_redis *lb_redis_start(bool tcp);
+/* SIGTERM, wait (5 s, then SIGKILL). */
+void lb_redis_stop(lb_redis *r);
+/* Start again on the same socket / port (empty: no persistence). */
+void lb_redis_restart(lb_redis *r);
+/* The URL to give the broker's --redis. */
+const char *lb_redis_url(const lb_redis *r);
+/* A sync hiredis connection (made on demand, remade after a restart). */
+redisContext *lb_redis_ctx(lb_redis *r);
+/* Run a command; returns the reply (owned by the harness) or fails. */
+redisReply *lb_redis_cmd(lb_redis *r, const char *fmt, ...);
+/* Number of keys matching PREFIX{NAME}* (name glob-escaped). */
+size_t lb_redis_count_lock_keys(lb_redis *r, const char *prefix, const char *name);
+/* Delete every key matching PREFIX{NAME}*; returns how many were deleted. */
+size_t lb_redis_del_lock_keys(lb_redis *r, const char *prefix, const char *name);
+/* Assert that every key matching PREFIX{NAME}* has a TTL (nothing kept
+ * forever after the lock is free). */
+void lb_redis_assert_lock_keys_expire(lb_redis *r, const char *prefix, const char *name);
+void lb_redis_flushall(lb_redis *r);
+
+/* ---- lockbrokerd ---------------------------------------------------------- */
+
+typedef struct lb_broker lb_broker;
+
+/* Start lockbrokerd on r with the standard flags plus the NULL-terminated
+ * extra flags (e.g. "--prefix", "x:", NULL). Waits (10 s) until a stats
+ * request answers ok with "redis":"up". If the extra flags contain
+ * --auth-file, the readiness check says hello with the file's secret first. */
+lb_broker *lb_broker_start(lb_redis *r, ...) __attribute__((sentinel));
+/* Start, but only wait until the broker answers stats (any "redis" value). */
+lb_broker *lb_broker_start_no_redis_wait(lb_redis *r, ...) __attribute__((sentinel));
+/* SIGTERM, wait 10 s (then SIGKILL and fail); assert exit status 0. */
+void lb_broker_stop(lb_broker *b);
+/* SIGKILL and reap. */
+void lb_broker_kill9(lb_broker *b);
+/* Stop (asserting a clean exit) and start again with the same flags, on a new
+ * TCP port and Unix socket path. Waits for readiness. */
+void lb_broker_restart(lb_broker *b);
+int lb_broker_port(const lb_broker *b);
+const char *lb_broker_unix_path(const lb_broker *b);
+const char *lb_broker_log(const lb_broker *b);
+/* Print the last bytes of the broker's log to stderr. */
+void lb_broker_print_log_tail(const lb_broker *b);
+
+/* ---- client --------------------------------------------------------------- */
+
+typedef enum { LB_TCP, LB_UNIX } lb_transport;
+typedef struct lb_client lb_client;
+
+lb_client *lb_connect(lb_broker *b, lb_transport t);
+/* Close the socket (the client object stays valid until teardown). */
+void lb_close(lb_client *c);
+bool lb_is_closed(const lb_client *c);
+const char *lb_transport_name(lb_transport t);
+
+/* Write raw bytes (all of them). Returns false if the write failed. */
+bool lb_send_raw(lb_client *c, const void *buf, size_t len);
+bool lb_send_line(lb_client *c, const char *line); /* appends "\n" */
+/* Read one line (without its "\n"); NULL on timeout or EOF. Owned by the
+ * harness. Does not look at the queues. */
+const char *lb_read_line(lb_client *c, int timeout_ms);
+/* Next message: queued ones first (responses and events in arrival order),
+ * else read one line and parse it (fails the test if it is not JSON). NULL
+ * on timeout or EOF. */
+json_t *lb_read_msg(lb_client *c, int timeout_ms);
+
+/* Build a request with json_pack (fmt must make an object); when it has no
+ * "id", a unique string id is added. Sends it, reads until the response with
+ * that id arrives (events and other responses seen meanwhile are queued) and
+ * returns it; fails the test on timeout or close. */
+json_t *lb_call(lb_client *c, const char *fmt, ...);
+json_t *lb_call_timeout(lb_client *c, int timeout_ms, const char *fmt, ...);
+/* Same with a request object (takes ownership of req). */
+json_t *lb_call_json(lb_client *c, json_t *req, int timeout_ms);
+/* Send a request without waiting; returns the id it got (owned by harness:
+ * a json string or the caller's id). */
+json_t *lb_send_req(lb_client *c, const char *fmt, ...);
+/* Wait for the response whose id equals id (json_equal). */
+json_t *lb_wait_response(lb_client *c, json_t *id, int timeout_ms);
+/* Next event ({"event":...}), queued or read; NULL on timeout. Responses
+ * read meanwhile are queued. */
+json_t *lb_next_event(lb_client *c, int timeout_ms);
+/* True if the broker closes the connection within timeout_ms. Messages read
+ * meanwhile are queued. */
+bool lb_wait_closed(lb_client *c, int timeout_ms);
+/* Assert the broker closes the connection within timeout_ms. */
+void lb_expect_closed(lb_client *c, int timeout_ms);
+
+/* ---- JSON helpers ---------------------------------------------------------- */
+
+/* Compact dump, owned by the harness. */
+const char *lb_dump(const json_t *j);
+/* Get a member; path may be "error.code" (dots walk objects). */
+json_t *lb_get(const json_t *j, const char *path);
+/* Asserting getters. */
+const char *lb_str(const json_t *j, const char *path);
+json_int_t lb_int(const json_t *j, const char *path);
+bool lb_bool(const json_t *j, const char *path);
+/* Assert "ok": true. */
+void lb_expect_ok(const json_t *resp);
+/* Assert "ok": false and error.code == code (and a string message). */
+void lb_expect_err(const json_t *resp, const char *code);
+/* True iff resp is an error with this code. */
+bool lb_is_err(const json_t *resp, const char *code);
+bool lb_is_ok(const json_t *resp);
+/* Lowercase hex of at least 32 chars. */
+bool lb_is_lease_token(const char *s);
+
+/* ---- protocol shortcuts ----------------------------------------------------- */
+
+/* acquire exclusive with wait_ms 0 and ttl_ms; returns the response. */
+json_t *lb_try_acquire(lb_client *c, const char *lock, int ttl_ms);
+/* Same, asserting success; returns the lease token. */
+const char *lb_must_acquire(lb_client *c, const char *lock, int ttl_ms);
+json_t *lb_inspect(lb_client *c, const char *lock);
+/* Assert inspect says the lock is free with no holders. */
+void lb_expect_free(lb_client *c, const char *lock);
+json_t *lb_stats(lb_client *c);
+/* Retry a wait_ms 0 acquire every 20 ms until it succeeds or timeout_ms
+ * passes; returns the last response. */
+json_t *lb_acquire_within(lb_client *c, const char *lock, int ttl_ms, int timeout_ms);
+
+#endif
