@@ -98,8 +98,10 @@ lease_t *lease_new(struct session *s, const char *token, const char *lock, size_
 	s->nleases++;
 	server.nleases++;
 
-	if (max_hold_ms > 0)
-		timer_at(&l->max_hold, sent_at + (uint64_t)max_hold_ms);
+	if (max_hold_ms > 0) {
+		l->max_hold_at = sent_at + (uint64_t)max_hold_ms;
+		timer_at(&l->max_hold, l->max_hold_at);
+	}
 	lease_confirmed(l, sent_at, ttl_granted);
 	return l;
 }
@@ -145,6 +147,12 @@ lease_t *lease_find_held(const struct session *s, const char *lock, size_t lock_
 void lease_confirmed(lease_t *l, uint64_t sent_at, int64_t ms_left)
 {
 	l->expires_at = sent_at + (uint64_t)(ms_left > 0 ? ms_left : 0);
+	/* Redis capped the lifetime at the max-hold deadline: the lease ends by
+	 * max_hold. max_hold_at (acquire sent + max_hold_ms) is no later than
+	 * Redis's deadline either, so it is as safe a bound as expires_at, and
+	 * the two must not race to report different reasons. */
+	if (l->max_hold_at && ms_left < l->ttl_ms && l->expires_at < l->max_hold_at)
+		l->expires_at = l->max_hold_at;
 	watchdog_schedule(l, sent_at);
 }
 

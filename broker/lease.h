@@ -50,6 +50,7 @@ typedef struct lease {
 	struct lease *s_prev, *s_next; /* the session's list */
 
 	uint64_t expires_at;
+	uint64_t max_hold_at; /* local time the max-hold ends it; 0 = none */
 	timer_ent_t tick;
 	timer_ent_t max_hold;
 } lease_t;

@@ -101,6 +101,10 @@ void watchdog_on_tick(timer_ent_t *t)
 	lease_t *l = (lease_t *)((char *)t - offsetof(lease_t, tick));
 	uint64_t now = timers_now();
 
+	if (l->max_hold_at && now >= l->max_hold_at) {
+		lease_lost(l, "max_hold");
+		return;
+	}
 	if (now >= l->expires_at) {
 		lease_lost(l, l->watchdog ? "redis_unavailable" : "expired");
 		return;

@@ -387,3 +387,31 @@ LB_TEST(daemon, flooding_client_is_throttled_not_buffered, 60)
 	             sent / (sizeof(ping) - 1), got);
 	lb_end();
 }
+
+LB_TEST(daemon, script_flush_behind_the_broker_is_reloaded, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, "--pool", "1", NULL);
+	lb_client *c = lb_connect(b, LB_TCP);
+	const char *lease;
+	json_t *resp;
+
+	lease = lb_must_acquire(c, "flushed", 5000);
+	lb_redis_cmd(r, "SCRIPT FLUSH");
+	/* Every script is gone from Redis: each op must load it again and
+	 * retry, invisibly to the client. */
+	resp = lb_call(c, "{s:s, s:s, s:i}", "op", "extend", "lease", lease, "ttl_ms", 6000);
+	lb_expect_ok(resp);
+	cr_expect_eq(lb_int(resp, "ttl_ms"), 6000);
+	lb_redis_cmd(r, "SCRIPT FLUSH");
+	resp = lb_inspect(c, "flushed");
+	cr_expect_str_eq(lb_str(resp, "state"), "exclusive");
+	lb_redis_cmd(r, "SCRIPT FLUSH");
+	resp = lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease);
+	lb_expect_ok(resp);
+	cr_expect_eq(lb_int(resp, "count"), 0);
+	lb_redis_cmd(r, "SCRIPT FLUSH");
+	lb_must_acquire(c, "flushed", 5000);
+	lb_close(c);
+	lb_end();
+}

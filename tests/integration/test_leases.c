@@ -163,6 +163,29 @@ LB_TEST(leases, max_hold, 60)
     lb_end();
 }
 
+/* max_hold is reported as max_hold also after extends (run several leases:
+ * a race between the timers would show only sometimes). */
+LB_TEST(leases, max_hold_after_extend, 60)
+{
+    lb_redis *r = lb_redis_start(false);
+    lb_broker *b = lb_broker_start(r, NULL);
+    lb_client *a = lb_connect(b, LB_TCP);
+    for (int i = 0; i < 8; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "mhx%d", i);
+        json_t *acq = lb_call(a, "{s:s, s:s, s:i, s:i, s:i}", "op", "acquire", "lock", name,
+                              "ttl_ms", 10000, "wait_ms", 0, "max_hold_ms", 500);
+        int64_t t0 = lb_now_ms();
+        lb_expect_ok(acq);
+        const char *lease = lb_str(acq, "lease");
+        lb_expect_ok(
+            lb_call(a, "{s:s, s:s, s:i}", "op", "extend", "lease", lease, "ttl_ms", 20000));
+        expect_lost(a, lease, name, "max_hold", t0, 350, 1500);
+        lb_expect_free(a, name);
+    }
+    lb_end();
+}
+
 LB_TEST(leases, detach_with_watchdog_is_invalid, 60)
 {
     lb_redis *r = lb_redis_start(false);
