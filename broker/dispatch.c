@@ -22,6 +22,7 @@
 enum {
 	OPF_AUTH = 1 << 0,  /* needs a passed hello when a secret is set */
 	OPF_REDIS = 1 << 1, /* needs a ready Redis connection */
+	OPF_GRANTS = 1 << 2, /* may grant a lock: refused while shutting down */
 };
 
 typedef void (*op_handler)(session_t *s, req_t *req);
@@ -38,7 +39,7 @@ static const struct op_def {
 } ops[OP__COUNT] = {
 	[OP_HELLO] = {op_hello, 0},
 	[OP_PING] = {op_ping, 0},
-	[OP_ACQUIRE] = {lockops_acquire, OPF_AUTH | OPF_REDIS},
+	[OP_ACQUIRE] = {lockops_acquire, OPF_AUTH | OPF_REDIS | OPF_GRANTS},
 	[OP_RELEASE] = {lockops_release, OPF_AUTH | OPF_REDIS},
 	[OP_EXTEND] = {lockops_extend, OPF_AUTH | OPF_REDIS},
 	[OP_CANCEL] = {op_cancel, OPF_AUTH},
@@ -64,6 +65,10 @@ void dispatch_line(session_t *s, const char *line, size_t len)
 	}
 	if (req_unpack(&req, &err) < 0) {
 		session_send_error(s, req.id, err.code, err.message);
+		goto out;
+	}
+	if ((def->flags & OPF_GRANTS) && server.state != BROKER_RUNNING) {
+		session_send_error(s, req.id, LB_E_SHUTTING_DOWN, NULL);
 		goto out;
 	}
 	if ((def->flags & OPF_REDIS) && !rpool_up()) {

@@ -146,6 +146,9 @@ lease_t *lease_find_held(const struct session *s, const char *lock, size_t lock_
 
 void lease_confirmed(lease_t *l, uint64_t sent_at, int64_t ms_left)
 {
+	if (sent_at < l->confirmed_at)
+		return;
+	l->confirmed_at = sent_at;
 	l->expires_at = sent_at + (uint64_t)(ms_left > 0 ? ms_left : 0);
 	/* Redis capped the lifetime at the max-hold deadline: the lease ends by
 	 * max_hold. max_hold_at (acquire sent + max_hold_ms) is no later than
@@ -162,12 +165,18 @@ void lease_lock_keys(const char *lock, size_t lock_len, char *buf,
 	static const char suffix[3] = {'h', 'i', 'f'};
 	const char *prefix = server.cfg->prefix;
 	size_t plen = strlen(prefix);
+	/* A name starting with '}' would make the hash tag empty (Redis would
+	 * then hash whole keys, each to its own Cluster slot): such names, and
+	 * names starting with '=' so the mapping stays one to one, get '='. */
+	bool escape = lock_len > 0 && (lock[0] == '}' || lock[0] == '=');
 
 	for (int k = 0; k < 3; k++) {
 		char *p = buf;
 		memcpy(p, prefix, plen);
 		p += plen;
 		*p++ = '{';
+		if (escape)
+			*p++ = '=';
 		memcpy(p, lock, lock_len);
 		p += lock_len;
 		*p++ = '}';

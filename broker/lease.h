@@ -50,6 +50,7 @@ typedef struct lease {
 	struct lease *s_prev, *s_next; /* the session's list */
 
 	uint64_t expires_at;
+	uint64_t confirmed_at; /* send time of the newest confirmation applied */
 	uint64_t max_hold_at; /* local time the max-hold ends it; 0 = none */
 	timer_ent_t tick;
 	timer_ent_t max_hold;
@@ -67,7 +68,9 @@ lease_t *lease_find(const char *token, size_t len);
 lease_t *lease_find_held(const struct session *s, const char *lock, size_t lock_len,
                          const char *owner, size_t owner_len);
 
-/* Redis confirmed ms_left of lifetime for a command sent at sent_at. */
+/* Redis confirmed ms_left of lifetime for a command sent at sent_at. A
+ * confirmation older than one already applied is ignored: replies of two
+ * connections may arrive out of order, and the older one says less. */
 void lease_confirmed(lease_t *l, uint64_t sent_at, int64_t ms_left);
 
 /* Reports the lease lost to its session ("expired", "gone",
@@ -82,7 +85,7 @@ void lease_release_now(lease_t *l);
 
 /* Builds the lock's three keys into buf (at least LEASE_KEYS_BUF bytes):
  * argv[0..2] = holders, info, fence. */
-#define LEASE_KEYS_BUF (3 * (64 + 512 + 8))
+#define LEASE_KEYS_BUF (3 * (64 + 512 + 9))
 void lease_lock_keys(const char *lock, size_t lock_len, char *buf,
                      const char *argv[3], size_t argvlen[3]);
 

@@ -224,7 +224,41 @@ static void on_acquired(const redisReply *r, void *priv)
 	ctx_done(c);
 }
 
+static void send_acquire_script(op_ctx_t *c);
+
+static void on_index_stored(const redisReply *r, void *priv)
+{
+	op_ctx_t *c = priv;
+
+	if (rpool_reply_failed(r)) {
+		fail_unavailable(c, r);
+		return;
+	}
+	if (!session_open(c->s)) {
+		ctx_done(c);
+		return;
+	}
+	send_acquire_script(c);
+}
+
+/* A new lease: a fresh token, then (detached) its pointer, then the lock. */
 static void send_acquire(op_ctx_t *c)
+{
+	broker_random_hex(c->token, LEASE_TOKEN_LEN / 2);
+	if (c->detach) {
+		/* The pointer first: a detached token must be usable by any broker
+		 * from the moment the client learns it. It names the lock only, so
+		 * it is harmless if the acquire then fails, and expires by itself. */
+		char ms[24];
+		snprintf(ms, sizeof(ms), "%" PRId64, c->ttl_ms + LB_INDEX_MARGIN_MS);
+		if (eval_index(c->token, "set", c->lock, ms, on_index_stored, c) < 0)
+			ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
+		return;
+	}
+	send_acquire_script(c);
+}
+
+static void send_acquire_script(op_ctx_t *c)
 {
 	char ttl[24], max_hold[24];
 	const char *mode = c->mode == LB_MODE_SHARED ? "s" : c->mode == LB_MODE_PERMIT ? "p" : "x";
@@ -233,7 +267,6 @@ static void send_acquire(op_ctx_t *c)
 	                       LB_FENCE_RETENTION_STR};
 	size_t lens[8];
 
-	broker_random_hex(c->token, LEASE_TOKEN_LEN / 2);
 	lens[0] = LEASE_TOKEN_LEN;
 	lens[1] = 1;
 	lens[2] = 1;
@@ -243,16 +276,6 @@ static void send_acquire(op_ctx_t *c)
 	lens[6] = (size_t)snprintf(max_hold, sizeof(max_hold), "%" PRId64, c->max_hold_ms);
 	lens[7] = strlen(LB_FENCE_RETENTION_STR);
 
-	if (c->detach) {
-		/* Pointer first: it names the lock only, so it is harmless if the
-		 * acquire then fails, and it exists before anyone learns the token. */
-		char ms[24];
-		snprintf(ms, sizeof(ms), "%" PRId64, c->ttl_ms + LB_INDEX_MARGIN_MS);
-		if (eval_index(c->token, "set", c->lock, ms, on_index_quiet, NULL) < 0) {
-			ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
-			return;
-		}
-	}
 	if (eval_lock(c, SCRIPT_ACQUIRE, 8, args, lens, on_acquired) < 0)
 		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
 }
@@ -315,11 +338,6 @@ void lockops_acquire(session_t *s, req_t *req)
 		                   "field 'wait_ms': waiting acquires are not supported yet; give wait_ms 0");
 		return;
 	}
-	if (server.state != BROKER_RUNNING) {
-		session_send_error(s, req->id, LB_E_SHUTTING_DOWN, NULL);
-		return;
-	}
-
 	held = a->detach ? NULL : lease_find_held(s, a->lock.ptr, a->lock.len, a->owner.ptr, a->owner.len);
 	if (held && held->mode == LB_MODE_SHARED && a->mode == LB_MODE_EXCLUSIVE) {
 		session_send_error(s, req->id, LB_E_UPGRADE_UNSUPPORTED, NULL);
@@ -375,6 +393,11 @@ static void on_release_reply(const redisReply *r, void *priv)
 		ctx_fail(c, LB_E_NOT_HELD, NULL);
 		return;
 	}
+	if (!l && !c->detach) {
+		/* Lost or ended here while the release was on its way. */
+		ctx_fail(c, LB_E_NOT_HELD, NULL);
+		return;
+	}
 	if (r->integer == 0) {
 		if (l)
 			lease_drop(l);
@@ -417,10 +440,14 @@ static void on_extend_reply(const redisReply *r, void *priv)
 		ctx_fail(c, LB_E_NOT_HELD, NULL);
 		return;
 	}
-	if (l) {
-		l->ttl_ms = c->ttl_ms;
-		lease_confirmed(l, c->sent_at, r->integer);
+	if (!l && !c->detach) {
+		/* Reported lost (and released) while the extend was on its way:
+		 * never tell the client it holds what it was told it lost. */
+		ctx_fail(c, LB_E_NOT_HELD, NULL);
+		return;
 	}
+	if (l)
+		lease_confirmed(l, c->sent_at, r->integer);
 	session_send(c->s, resp_extended(c->id, r->integer));
 	ctx_done(c);
 }
@@ -477,6 +504,10 @@ static void with_lease(session_t *s, req_t *req, lb_str_t token, int64_t ttl_ms,
 	c->ttl_ms = ttl_ms;
 	l = lease_find(token.ptr, token.len);
 	if (l) {
+		/* Renewals sent from now on carry the new TTL, so none sent after
+		 * this extend can shorten the lease again. */
+		if (ttl_ms > 0)
+			l->ttl_ms = ttl_ms;
 		ctx_set_lock(c, l->lock, l->lock_len);
 		step(c);
 		return;

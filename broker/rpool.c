@@ -10,7 +10,14 @@
  *
  * The handshake (AUTH, SELECT, SCRIPT LOAD of every script) is pipelined
  * right after connecting; the connection is READY when its last reply came
- * back without error. Commands are only accepted on READY connections.
+ * back without error. Commands are only accepted on READY connections whose
+ * context hiredis is not tearing down.
+ *
+ * Timeouts: each connection has one timer entry (watch): the connect
+ * deadline while connecting, then the moment its oldest unanswered command
+ * is overdue. A connection that misses either is dropped with
+ * redisAsyncFree (every pending callback then runs with NULL) and
+ * reconnected.
  */
 #include "broker/rpool.h"
 
@@ -18,15 +25,22 @@
 #include <string.h>
 
 #include <hiredis/async.h>
-#include <hiredis/adapters/libuv.h>
 
 #include "broker/htab.h"
 #include "broker/log.h"
+#include "broker/redis_uv.h"
 #include "broker/timers.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 #define MAX_CONNS 64
+/* A connection that is not ready this long after connecting, or that has
+ * commands pending and answered nothing this long, is dropped and
+ * reconnected; its pending commands fail (hiredis 0.14 has no timeouts). */
+#define CONNECT_TIMEOUT_MS 3000
+#define COMMAND_TIMEOUT_MS 2000
+/* How long a stopping broker waits for Redis to answer what is pending. */
+#define CLOSE_TIMEOUT_MS 2000
 
 typedef enum rconn_state {
 	RC_DOWN,
@@ -41,8 +55,12 @@ typedef struct rconn {
 	int idx;
 	int handshake_left; /* replies still expected before READY */
 	bool handshake_failed;
+	bool dropping;        /* inside our own redisAsyncFree */
 	uint32_t backoff_ms;
+	size_t pending;       /* commands sent, not yet answered */
+	uint64_t progress_at; /* last reply, or when pending went from 0 to 1 */
 	timer_ent_t retry;
+	timer_ent_t watch;
 } rconn_t;
 
 typedef struct rcmd {
@@ -64,9 +82,18 @@ static struct {
 	char sha[SCRIPT__COUNT][41];
 	uint32_t rand_state;
 	void (*on_up)(void);
+	uv_timer_t close_timer; /* bounds rpool_close */
+	bool closing;
 } P;
 
 static void rconn_connect(rconn_t *c);
+
+static bool usable(const rconn_t *c)
+{
+	return c->state == RC_READY && c->ac &&
+	       !(c->ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING));
+}
+
 
 static uint32_t jitter(uint32_t ms)
 {
@@ -90,6 +117,7 @@ static void schedule_retry(rconn_t *c)
 	if (c->state == RC_CLOSING)
 		return;
 	c->state = RC_DOWN;
+	timer_cancel(&c->watch);
 	timer_at(&c->retry, timers_now() + jitter(c->backoff_ms));
 	c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
 }
@@ -105,14 +133,20 @@ static void on_connect(const redisAsyncContext *ac, int status)
 	}
 }
 
+static void close_timer_maybe_done(void);
+
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
 	rconn_t *c = ac->data;
 	bool was_ready = c->state == RC_READY;
 
 	c->ac = NULL;
-	if (c->state == RC_CLOSING)
+	if (c->dropping)
+		return; /* rconn_drop schedules the retry */
+	if (c->state == RC_CLOSING) {
+		close_timer_maybe_done();
 		return;
+	}
 	if (was_ready || status != REDIS_OK)
 		LOG(LOG_WARN, "msg=\"redis connection lost\" conn=%d err=\"%s\"", c->idx,
 		    status == REDIS_OK ? "closed" : ac->errstr);
@@ -125,8 +159,9 @@ static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
 	redisReply *reply = r;
 	intptr_t step = (intptr_t)priv; /* -1 AUTH/SELECT, else a script id */
 
-	if (!reply)
-		return; /* the connection went away; on_disconnect handles it */
+	if (!reply || c->state != RC_CONNECTING)
+		return; /* gone, dropped or closing: nothing to make ready */
+	c->progress_at = timers_now();
 	if (reply->type == REDIS_REPLY_ERROR) {
 		if (!c->handshake_failed)
 			LOG(LOG_ERROR, "msg=\"redis handshake failed\" conn=%d err=\"%.200s\"", c->idx, reply->str);
@@ -145,10 +180,48 @@ static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
 		bool was_up = rpool_up();
 		c->state = RC_READY;
 		c->backoff_ms = BACKOFF_MIN_MS;
+		timer_cancel(&c->watch);
 		LOG(LOG_INFO, "msg=\"redis connected\" conn=%d", c->idx);
 		if (!was_up && P.on_up)
 			P.on_up();
 	}
+}
+
+/* Gives up on a connection that hangs: frees the context (its pending
+ * callbacks run with NULL) and reconnects after the backoff. */
+static void rconn_drop(rconn_t *c, const char *why)
+{
+	redisAsyncContext *ac = c->ac;
+
+	LOG(LOG_WARN, "msg=\"redis connection dropped\" conn=%d why=\"%s\" pending=%zu", c->idx, why,
+	    c->pending);
+	c->state = RC_DOWN; /* no new commands while the callbacks run */
+	if (ac) {
+		c->dropping = true;
+		redisAsyncFree(ac);
+		c->dropping = false;
+	}
+	c->ac = NULL;
+	c->pending = 0;
+	schedule_retry(c);
+}
+
+static void on_watch(timer_ent_t *t)
+{
+	rconn_t *c = (rconn_t *)((char *)t - offsetof(rconn_t, watch));
+	uint64_t now = timers_now();
+
+	if (c->state == RC_CONNECTING) {
+		rconn_drop(c, "connect timeout");
+		return;
+	}
+	if (c->state != RC_READY || c->pending == 0)
+		return;
+	if (now - c->progress_at >= COMMAND_TIMEOUT_MS) {
+		rconn_drop(c, "command timeout");
+		return;
+	}
+	timer_at(&c->watch, c->progress_at + COMMAND_TIMEOUT_MS);
 }
 
 static void send_script_load(redisAsyncContext *ac, redisCallbackFn *fn, void *priv, script_id_t id)
@@ -174,7 +247,7 @@ static void rconn_connect(rconn_t *c)
 		schedule_retry(c);
 		return;
 	}
-	if (redisLibuvAttach(ac, P.loop) != REDIS_OK) {
+	if (redis_uv_attach(ac, P.loop) != REDIS_OK) {
 		LOG(LOG_ERROR, "msg=\"cannot attach redis connection to the loop\" conn=%d", c->idx);
 		redisAsyncFree(ac);
 		schedule_retry(c);
@@ -187,6 +260,8 @@ static void rconn_connect(rconn_t *c)
 	c->state = RC_CONNECTING;
 	c->handshake_failed = false;
 	c->handshake_left = SCRIPT__COUNT;
+	c->pending = 0;
+	timer_at(&c->watch, timers_now() + CONNECT_TIMEOUT_MS);
 
 	/* hiredis buffers these until the socket is connected. */
 	if (a->password) {
@@ -212,31 +287,58 @@ void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, void (*on_up)(
 	P.n = n;
 	P.on_up = on_up;
 	P.rand_state = (uint32_t)uv_hrtime() | 1u;
+	uv_timer_init(loop, &P.close_timer);
 	for (int k = 0; k < n; k++) {
 		rconn_t *c = &P.conns[k];
 		c->idx = k;
 		c->state = RC_DOWN;
 		c->backoff_ms = BACKOFF_MIN_MS;
 		timer_init(&c->retry, on_retry);
+		timer_init(&c->watch, on_watch);
 		rconn_connect(c);
 	}
 }
 
+static void close_timer_maybe_done(void)
+{
+	for (int k = 0; k < P.n; k++) {
+		if (P.conns[k].ac)
+			return;
+	}
+	if (P.closing && !uv_is_closing((uv_handle_t *)&P.close_timer))
+		uv_close((uv_handle_t *)&P.close_timer, NULL);
+}
+
+static void on_close_timeout(uv_timer_t *h)
+{
+	(void)h;
+	LOG(LOG_WARN, "msg=\"redis did not answer in time; closing anyway\"");
+	for (int k = 0; k < P.n; k++) {
+		if (P.conns[k].ac)
+			redisAsyncFree(P.conns[k].ac); /* on_disconnect clears it */
+	}
+	close_timer_maybe_done();
+}
+
 void rpool_close(void)
 {
+	P.closing = true;
 	for (int k = 0; k < P.n; k++) {
 		rconn_t *c = &P.conns[k];
 		c->state = RC_CLOSING;
 		timer_cancel(&c->retry);
+		timer_cancel(&c->watch);
 		if (c->ac)
 			redisAsyncDisconnect(c->ac);
 	}
+	uv_timer_start(&P.close_timer, on_close_timeout, CLOSE_TIMEOUT_MS, 0);
+	close_timer_maybe_done();
 }
 
 bool rpool_up(void)
 {
 	for (int k = 0; k < P.n; k++) {
-		if (P.conns[k].state == RC_READY)
+		if (usable(&P.conns[k]))
 			return true;
 	}
 	return false;
@@ -256,7 +358,7 @@ static rconn_t *pick(uint32_t route)
 {
 	for (int k = 0; k < P.n; k++) {
 		rconn_t *c = &P.conns[(route + (uint32_t)k) % (uint32_t)P.n];
-		if (c->state == RC_READY && c->ac)
+		if (usable(c))
 			return c;
 	}
 	return NULL;
@@ -273,6 +375,10 @@ static int rcmd_send(rconn_t *c, rcmd_t *cmd)
 {
 	if (redisAsyncCommandArgv(c->ac, on_reply, cmd, cmd->argc, cmd->argv, cmd->argvlen) != REDIS_OK)
 		return -1;
+	if (c->pending++ == 0) {
+		c->progress_at = timers_now();
+		timer_at(&c->watch, c->progress_at + COMMAND_TIMEOUT_MS);
+	}
 	return 0;
 }
 
@@ -282,6 +388,13 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 	rcmd_t *cmd = priv;
 	rconn_t *c = ac->data;
 
+	if (c->pending > 0)
+		c->pending--;
+	if (reply) {
+		c->progress_at = timers_now();
+	} else if (c->state == RC_READY) {
+		c->state = RC_DOWN; /* hiredis is failing this context */
+	}
 	if (reply && reply->type == REDIS_REPLY_ERROR && !cmd->retried &&
 	    strncmp(reply->str, "NOSCRIPT", 8) == 0 && c->state == RC_READY) {
 		/* Redis lost its scripts (restart, SCRIPT FLUSH): load and retry

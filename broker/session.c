@@ -32,6 +32,9 @@ static struct {
 
 static void session_process(session_t *s);
 static void flush(session_t *s);
+static void session_kick(session_t *s);
+static void shutdown_when_written(session_t *s);
+static bool throttled(const session_t *s);
 static void on_keepalive(timer_ent_t *t);
 static void on_linger(timer_ent_t *t);
 
@@ -121,21 +124,27 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 	session_close(s, "flushed");
 }
 
+/* The last step of a close after flush: once everything queued has been
+ * handed to the socket and written, shut the write side down; the close
+ * follows in on_shutdown. */
+static void shutdown_when_written(session_t *s)
+{
+	if (s->writing || s->out_len > 0 || s->state != SESSION_CLOSING || uv_is_closing(&s->h.handle))
+		return;
+	s->shutdown_req.data = s;
+	if (uv_shutdown(&s->shutdown_req, &s->h.stream, on_shutdown) != 0)
+		session_close(s, "shutdown failed");
+}
+
 void session_close_after_flush(session_t *s, const char *why)
 {
 	if (s->state != SESSION_OPEN)
 		return;
-	flush(s); /* uv_shutdown waits only for writes libuv already has */
-	if (s->state != SESSION_OPEN)
-		return;
 	end_session(s, why);
-	s->shutdown_req.data = s;
-	if (uv_shutdown(&s->shutdown_req, &s->h.stream, on_shutdown) != 0) {
-		session_close(s, why);
-		return;
-	}
 	s->flushing = true;
 	timer_at(&s->linger, timers_now() + SESSION_LINGER_MS);
+	flush(s); /* allowed while closing; on_write continues it */
+	shutdown_when_written(s);
 }
 
 static void on_linger(timer_ent_t *t)
@@ -150,6 +159,12 @@ static void on_keepalive(timer_ent_t *t)
 	session_t *s = (session_t *)((char *)t - offsetof(session_t, keepalive));
 	uint64_t due = s->last_rx + (uint64_t)s->keepalive_ms;
 
+	if (!s->reading && !s->eof) {
+		/* The broker itself paused reading (backpressure): what the client
+		 * sent waits in the kernel, so silence proves nothing. */
+		s->last_rx = timers_now();
+		due = s->last_rx + (uint64_t)s->keepalive_ms;
+	}
 	if (timers_now() >= due) {
 		session_close(s, "keepalive expired");
 		return;
@@ -181,8 +196,11 @@ static void on_write(uv_write_t *req, int status)
 	}
 	if (s->out_len > 0)
 		flush(s);
-	if (s->state == SESSION_OPEN && !s->reading && session_unsent(s) < SESSION_WRITE_LOW)
-		session_process(s);
+	if (s->flushing) {
+		shutdown_when_written(s);
+		return;
+	}
+	session_kick(s);
 }
 
 /* Hands the out buffer to the socket: what uv_try_write takes now, the rest
@@ -231,16 +249,24 @@ static void flush(session_t *s)
 
 void session_flush_dirty(void)
 {
-	/* Flushing may close sessions but never queues new output, so the list
-	 * does not grow while it is walked. */
+	static bool walking;
+
+	if (walking)
+		return;
+	walking = true;
+	/* Resuming a session may queue more output and put sessions (itself
+	 * included) back on the list; the walk goes on until it is empty. */
 	for (size_t k = 0; k < dirty.len; k++) {
 		session_t *s = dirty.v[k];
 		s->dirty = false;
 		if (s->state == SESSION_OPEN)
 			flush(s);
+		if (s->state == SESSION_OPEN && !s->reading && !throttled(s))
+			session_process(s);
 		session_unref(s);
 	}
 	dirty.len = 0;
+	walking = false;
 }
 
 void session_flush_list_free(void)
@@ -249,6 +275,21 @@ void session_flush_list_free(void)
 	free(dirty.v);
 	dirty.v = NULL;
 	dirty.cap = 0;
+}
+
+/* Puts s on the list that the flush pass walks before the loop blocks: its
+ * output is written there and, if it paused reading, it resumes there. */
+static void session_kick(session_t *s)
+{
+	if (s->dirty || s->state == SESSION_CLOSED)
+		return;
+	if (dirty.len == dirty.cap) {
+		dirty.cap = dirty.cap ? dirty.cap * 2 : 64;
+		dirty.v = xrealloc(dirty.v, dirty.cap * sizeof(*dirty.v));
+	}
+	dirty.v[dirty.len++] = s;
+	s->dirty = true;
+	session_ref(s);
 }
 
 static void out_append(session_t *s, const char *data, size_t len)
@@ -262,15 +303,7 @@ static void out_append(session_t *s, const char *data, size_t len)
 	}
 	memcpy(s->out + s->out_len, data, len);
 	s->out_len += len;
-	if (!s->dirty) {
-		if (dirty.len == dirty.cap) {
-			dirty.cap = dirty.cap ? dirty.cap * 2 : 64;
-			dirty.v = xrealloc(dirty.v, dirty.cap * sizeof(*dirty.v));
-		}
-		dirty.v[dirty.len++] = s;
-		s->dirty = true;
-		session_ref(s);
-	}
+	session_kick(s);
 }
 
 void session_send(session_t *s, json_t *msg)
@@ -297,7 +330,7 @@ void session_op_end(session_t *s)
 	REQUIRE(s->inflight > 0);
 	s->inflight--;
 	if (s->state == SESSION_OPEN && !s->reading)
-		session_process(s);
+		session_kick(s);
 	session_unref(s);
 }
 

@@ -37,10 +37,15 @@ static uint64_t retry_at(const lease_t *l, uint64_t now)
 
 void watchdog_schedule(lease_t *l, uint64_t sent_at)
 {
-	if (l->watchdog)
-		timer_at(&l->tick, min_u64(sent_at + (uint64_t)l->ttl_ms / 3, l->expires_at));
+	uint64_t left = l->expires_at > sent_at ? l->expires_at - sent_at : 0;
+
+	/* Renew after a third of the TTL, and always well before the expiry,
+	 * even when Redis granted less than the TTL (max-hold cap, a racing
+	 * extend): a renewal due at the expiry itself would be too late. */
+	if (l->watchdog && !(l->max_hold_at && l->expires_at >= l->max_hold_at))
+		timer_at(&l->tick, sent_at + min_u64((uint64_t)l->ttl_ms / 3, left / 2));
 	else
-		timer_at(&l->tick, l->expires_at);
+		timer_at(&l->tick, l->expires_at); /* nothing left to renew */
 }
 
 static void on_renewed(const redisReply *reply, void *priv)

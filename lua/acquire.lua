@@ -14,21 +14,21 @@ local max_hold, retention = tonumber(ARGV[7]), tonumber(ARGV[8])
 local now_ms, now_us = clock()
 purge(h, i, now_ms)
 
-local held = redis.call('ZRANGE', h, 0, -1, 'WITHSCORES')
+local held = holders(h, i)
 if #held > 0 then
   local blocked = false
-  for n = 1, #held, 2 do
-    local info = info_get(i, held[n])
+  for n = 1, #held do
+    local info = held[n][3]
     if (info[1] == 'p') ~= (mode == 'p') or info[6] ~= limit then
       return {-1, 0}
     end
     if mode == 'x' or info[1] == 'x' then blocked = true end
   end
-  if mode == 'p' and #held / 2 >= limit then
-    return {0, tonumber(held[2]) - now_ms} -- the first permit to expire
+  if mode == 'p' and #held >= limit then
+    return {0, held[1][2] - now_ms} -- the first permit to expire
   end
   if blocked then
-    return {0, tonumber(held[#held]) - now_ms} -- every holder gone
+    return {0, held[#held][2] - now_ms} -- every holder gone
   end
 end
 

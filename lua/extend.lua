@@ -6,8 +6,11 @@ local h, i, f = KEYS[1], KEYS[2], KEYS[3]
 local id, ttl, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms = clock()
 purge(h, i, now_ms)
-local info = info_get(i, id)
-if not info then return -1 end
+local info = holder_get(h, i, id)
+if not info then
+  retime(h, i, f, now_ms, retention)
+  return -1
+end
 local expiry = now_ms + ttl
 if info[3] > 0 and info[3] < expiry then expiry = info[3] end
 redis.call('ZADD', h, 'XX', expiry, id)

@@ -5,13 +5,13 @@
 local h, i, f = KEYS[1], KEYS[2], KEYS[3]
 local now_ms = clock()
 purge(h, i, now_ms)
-local held = redis.call('ZRANGE', h, 0, -1, 'WITHSCORES')
+local held = holders(h, i)
 local out = {0, redis.call('GET', f) or false, 0}
-for n = 1, #held, 2 do
-  local info = info_get(i, held[n])
+for n = 1, #held do
+  local info = held[n][3]
   out[1] = info[6]
   out[#out + 1] = info[1]
-  out[#out + 1] = tonumber(held[n + 1]) - now_ms
+  out[#out + 1] = held[n][2] - now_ms
   out[#out + 1] = info[2]
   out[#out + 1] = info[4]
   out[#out + 1] = info[5]

@@ -5,8 +5,8 @@ local h, i = KEYS[1], KEYS[2]
 local id = ARGV[1]
 local now_ms = clock()
 purge(h, i, now_ms)
-local info = info_get(i, id)
+local info, expiry = holder_get(h, i, id)
 if not info then return {-1, 0} end
 info[2] = info[2] + 1
 info_set(i, id, info)
-return {info[2], tonumber(redis.call('ZSCORE', h, id)) - now_ms}
+return {info[2], expiry - now_ms}

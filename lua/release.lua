@@ -7,8 +7,11 @@ local h, i, f = KEYS[1], KEYS[2], KEYS[3]
 local id, retention, all = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local now_ms = clock()
 purge(h, i, now_ms)
-local info = info_get(i, id)
-if not info then return -1 end
+local info = holder_get(h, i, id)
+if not info then
+  retime(h, i, f, now_ms, retention)
+  return -1
+end
 if info[2] > 1 and not all then
   info[2] = info[2] - 1
   info_set(i, id, info)

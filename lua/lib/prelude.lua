@@ -3,7 +3,8 @@
 -- it is never sent to Redis on its own.
 --
 -- Data model of one lock NAME under prefix P (all keys share the hash tag
--- {NAME}, so every script touches one Redis Cluster slot):
+-- {NAME}, so every script touches one Redis Cluster slot; a NAME starting
+-- with '}' or '=' is written as '=' NAME so the tag is never empty):
 --   P{NAME}:h  zset  holder id -> expiry, Redis time in ms
 --   P{NAME}:i  hash  holder id -> cmsgpack {mode, count, max-hold deadline
 --                    ms or 0, owner, client, limit}; mode 'x' exclusive,
@@ -49,6 +50,33 @@ local function info_get(i, id)
   local raw = redis.call('HGET', i, id)
   if not raw then return nil end
   return cmsgpack.unpack(raw)
+end
+
+-- A holder exists only when both its expiry and its info do. Half of one
+-- (a key lost to eviction or a manual edit) is removed, never trusted: a
+-- lease Redis does not fully hold is not held.
+local function holder_get(h, i, id)
+  local score = redis.call('ZSCORE', h, id)
+  local info = info_get(i, id)
+  if score and info then return info, tonumber(score) end
+  if score then redis.call('ZREM', h, id) end
+  if info then redis.call('HDEL', i, id) end
+  return nil
+end
+
+-- The holders as {id, expiry, info} in expiry order, half holders removed.
+local function holders(h, i)
+  local held = redis.call('ZRANGE', h, 0, -1, 'WITHSCORES')
+  local out = {}
+  for n = 1, #held, 2 do
+    local info = info_get(i, held[n])
+    if info then
+      out[#out + 1] = {held[n], tonumber(held[n + 1]), info}
+    else
+      redis.call('ZREM', h, held[n])
+    end
+  end
+  return out
 end
 
 local function info_set(i, id, info)

@@ -1,0 +1,20 @@
+/*
+ * redis_uv.h - attaches a hiredis 0.14 async context to a libuv loop.
+ *
+ * Replaces hiredis's adapters/libuv.h, whose poll callback returns early on
+ * a poll error: then a refused connect or a reset connection is never
+ * reported to hiredis, no connect or disconnect callback runs, and the
+ * connection hangs forever. Here an error is handed to hiredis as a
+ * readable/writable event, so hiredis reads the socket error and
+ * disconnects with it.
+ */
+#ifndef LB_BROKER_REDIS_UV_H
+#define LB_BROKER_REDIS_UV_H
+
+#include <hiredis/async.h>
+#include <uv.h>
+
+/* Returns REDIS_OK or REDIS_ERR (the context is then still the caller's). */
+int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop);
+
+#endif
