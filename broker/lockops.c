@@ -374,30 +374,49 @@ void lockops_acquire(session_t *s, req_t *req)
 /* After the lock name of a detached token is known: the lock script. */
 typedef void (*lock_step_fn)(op_ctx_t *c);
 
-static void on_release_reply(const redisReply *r, void *priv)
+/*
+ * The common head of the release and extend replies: answers a failed or
+ * malformed reply, a holder Redis no longer has (its local lease is then
+ * lost: "gone"), and a local lease that was lost or ended while the command
+ * was on its way (never tell a client it holds what it was told it lost).
+ * Returns false when it answered; else *out is the local lease, NULL for a
+ * detached one.
+ */
+static bool lease_reply_or_answer(op_ctx_t *c, const redisReply *r, const char *script,
+                                  lease_t **out)
 {
-	op_ctx_t *c = priv;
 	lease_t *l = lease_find(c->token, LEASE_TOKEN_LEN);
 
-	if (rpool_reply_failed(r) || r->type != REDIS_REPLY_INTEGER) {
-		if (!rpool_reply_failed(r)) {
-			ctx_fail(c, LB_E_INTERNAL, "unexpected reply from the release script");
-			return;
-		}
+	if (rpool_reply_failed(r)) {
 		fail_unavailable(c, r);
-		return;
+		return false;
+	}
+	if (r->type != REDIS_REPLY_INTEGER) {
+		LOG(LOG_ERROR, "msg=\"unexpected script reply\" script=%s type=%d", script, r->type);
+		ctx_fail(c, LB_E_INTERNAL, "unexpected reply from a lock script");
+		return false;
 	}
 	if (r->integer < 0) {
 		if (l)
 			lease_lost(l, "gone");
 		ctx_fail(c, LB_E_NOT_HELD, NULL);
-		return;
+		return false;
 	}
 	if (!l && !c->detach) {
-		/* Lost or ended here while the release was on its way. */
 		ctx_fail(c, LB_E_NOT_HELD, NULL);
-		return;
+		return false;
 	}
+	*out = l;
+	return true;
+}
+
+static void on_release_reply(const redisReply *r, void *priv)
+{
+	op_ctx_t *c = priv;
+	lease_t *l;
+
+	if (!lease_reply_or_answer(c, r, "release", &l))
+		return;
 	if (r->integer == 0) {
 		if (l)
 			lease_drop(l);
@@ -424,28 +443,10 @@ static void release_step(op_ctx_t *c)
 static void on_extend_reply(const redisReply *r, void *priv)
 {
 	op_ctx_t *c = priv;
-	lease_t *l = lease_find(c->token, LEASE_TOKEN_LEN);
+	lease_t *l;
 
-	if (rpool_reply_failed(r) || r->type != REDIS_REPLY_INTEGER) {
-		if (!rpool_reply_failed(r)) {
-			ctx_fail(c, LB_E_INTERNAL, "unexpected reply from the extend script");
-			return;
-		}
-		fail_unavailable(c, r);
+	if (!lease_reply_or_answer(c, r, "extend", &l))
 		return;
-	}
-	if (r->integer < 0) {
-		if (l)
-			lease_lost(l, "gone");
-		ctx_fail(c, LB_E_NOT_HELD, NULL);
-		return;
-	}
-	if (!l && !c->detach) {
-		/* Reported lost (and released) while the extend was on its way:
-		 * never tell the client it holds what it was told it lost. */
-		ctx_fail(c, LB_E_NOT_HELD, NULL);
-		return;
-	}
 	if (l)
 		lease_confirmed(l, c->sent_at, r->integer);
 	session_send(c->s, resp_extended(c->id, r->integer));
