@@ -22,6 +22,7 @@
 #include "broker/rpool.h"
 #include "broker/scripts.h"
 #include "broker/session.h"
+#include "broker/waitq.h"
 #include "protocol/resp.h"
 
 struct broker server;
@@ -110,6 +111,7 @@ void broker_shutdown(void)
 	listeners_close();
 	for (session_t *s = server.sessions; s; s = s->next)
 		session_send(s, resp_event_shutdown(server.cfg->shutdown_grace_ms));
+	waitq_shutdown();
 	if (server.nsessions == 0) {
 		finish();
 		return;
@@ -163,7 +165,13 @@ int broker_start(uv_loop_t *loop, const lb_config_t *cfg)
 		close_loop_handles();
 		return -1;
 	}
-	rpool_init(loop, &cfg->redis, cfg->pool, on_redis_up);
+	{
+		char channel[128];
+		rpool_inbox_t inbox = {channel, waitq_on_message, waitq_on_subscribed};
+		/* The same name lua/lib/prelude.lua publishes wake-ups to. */
+		snprintf(channel, sizeof(channel), "%sinbox:%s", cfg->prefix, server.id);
+		rpool_init(loop, &cfg->redis, cfg->pool, on_redis_up, &inbox);
+	}
 	LOG(LOG_INFO, "msg=\"started\" version=%s broker=%s pool=%d", LOCKBROKER_VERSION, server.id,
 	    cfg->pool);
 	return 0;
@@ -174,4 +182,6 @@ void broker_free(void)
 	session_flush_dirty();
 	session_flush_list_free();
 	lease_table_free();
+	waitq_free();
+	rpool_free();
 }

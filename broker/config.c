@@ -60,6 +60,9 @@ enum opt_id {
 	OPT_MAX_CONNECTIONS,
 	OPT_MAX_LEASES_PER_SESSION,
 	OPT_MAX_INFLIGHT,
+	OPT_MAX_WAITERS,
+	OPT_MAX_WAITERS_PER_SESSION,
+	OPT_MAX_QUEUE,
 	OPT_VERSION,
 	OPT_HELP,
 };
@@ -128,6 +131,15 @@ static const struct option_def options[] = {
 	{"max-inflight", OPT_MAX_INFLIGHT, T_INT, true, 1, 65536, "N",
 	 "requests in flight per connection, 1..65536\n"
 	 "(default: 1024)"},
+	{"max-waiters", OPT_MAX_WAITERS, T_INT, true, 1, 10000000, "N",
+	 "pending acquires on this broker, 1..10000000\n"
+	 "(default: 100000)"},
+	{"max-waiters-per-session", OPT_MAX_WAITERS_PER_SESSION, T_INT, true, 1, 1000000, "N",
+	 "pending acquires of one session, 1..1000000\n"
+	 "(default: 1000)"},
+	{"max-queue", OPT_MAX_QUEUE, T_INT, true, 1, 10000000, "N",
+	 "waiters queued on one lock across all brokers,\n"
+	 "1..10000000 (default: 10000)"},
 	{"version", OPT_VERSION, T_NONE, false, 0, 0, NULL, "print the version and exit"},
 	{"help", OPT_HELP, T_NONE, false, 0, 0, NULL, "print this help and exit"},
 };
@@ -285,6 +297,9 @@ static int set_int(struct loader *l, const struct option_def *o, int64_t v, cons
 	case OPT_MAX_CONNECTIONS: cfg->max_connections = v; break;
 	case OPT_MAX_LEASES_PER_SESSION: cfg->max_leases_per_session = v; break;
 	case OPT_MAX_INFLIGHT: cfg->max_inflight = v; break;
+	case OPT_MAX_WAITERS: cfg->max_waiters = v; break;
+	case OPT_MAX_WAITERS_PER_SESSION: cfg->max_waiters_per_session = v; break;
+	case OPT_MAX_QUEUE: cfg->max_queue = v; break;
 	default: abort(); /* the table says T_INT only for the above */
 	}
 	return 0;
@@ -539,6 +554,9 @@ static void set_defaults(lb_config_t *cfg)
 	cfg->max_connections = 10000;
 	cfg->max_leases_per_session = 10000;
 	cfg->max_inflight = 1024;
+	cfg->max_waiters = 100000;
+	cfg->max_waiters_per_session = 1000;
+	cfg->max_queue = 10000;
 }
 
 static void print_usage(FILE *out)

@@ -9,6 +9,7 @@
  */
 #include "broker/dispatch.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "broker/broker.h"
@@ -17,6 +18,7 @@
 #include "broker/log.h"
 #include "broker/rpool.h"
 #include "broker/session.h"
+#include "broker/waitq.h"
 #include "protocol/resp.h"
 
 enum {
@@ -124,8 +126,7 @@ static void op_ping(session_t *s, req_t *req)
 
 static void op_cancel(session_t *s, req_t *req)
 {
-	/* No acquire can be pending yet: waiting acquires come with the queue. */
-	session_send(s, resp_cancelled(req->id, false));
+	session_send(s, resp_cancelled(req->id, waitq_cancel(s, req->u.cancel.target)));
 }
 
 static void op_leases(session_t *s, req_t *req)
@@ -155,7 +156,7 @@ static void op_stats(session_t *s, req_t *req)
 		.connections = (int64_t)server.nconnections,
 		.sessions = (int64_t)server.nsessions,
 		.leases = (int64_t)server.nleases,
-		.waiters = 0,
+		.waiters = (int64_t)waitq_count(),
 		.acquired_total = (int64_t)server.stats.acquired_total,
 		.released_total = (int64_t)server.stats.released_total,
 		.timeouts_total = (int64_t)server.stats.timeouts_total,

@@ -14,9 +14,11 @@
 #include <string.h>
 
 #include "broker/broker.h"
+#include "broker/lockscript.h"
 #include "broker/log.h"
 #include "broker/rpool.h"
 #include "broker/session.h"
+#include "broker/waitq.h"
 #include "broker/watchdog.h"
 #include "protocol/resp.h"
 
@@ -75,7 +77,6 @@ lease_t *lease_new(struct session *s, const char *token, const char *lock, size_
 	l->token[LEASE_TOKEN_LEN] = '\0';
 	l->lock = xstrndup(lock, lock_len);
 	l->lock_len = lock_len;
-	l->route = rpool_route(lock, lock_len);
 	l->owner = xstrndup(owner, owner_len);
 	l->owner_len = owner_len;
 	l->mode = mode;
@@ -159,59 +160,38 @@ void lease_confirmed(lease_t *l, uint64_t sent_at, int64_t ms_left)
 	watchdog_schedule(l, sent_at);
 }
 
-void lease_lock_keys(const char *lock, size_t lock_len, char *buf,
-                     const char *argv[3], size_t argvlen[3])
-{
-	static const char suffix[3] = {'h', 'i', 'f'};
-	const char *prefix = server.cfg->prefix;
-	size_t plen = strlen(prefix);
-	/* A name starting with '}' would make the hash tag empty (Redis would
-	 * then hash whole keys, each to its own Cluster slot): such names, and
-	 * names starting with '=' so the mapping stays one to one, get '='. */
-	bool escape = lock_len > 0 && (lock[0] == '}' || lock[0] == '=');
-
-	for (int k = 0; k < 3; k++) {
-		char *p = buf;
-		memcpy(p, prefix, plen);
-		p += plen;
-		*p++ = '{';
-		if (escape)
-			*p++ = '=';
-		memcpy(p, lock, lock_len);
-		p += lock_len;
-		*p++ = '}';
-		*p++ = ':';
-		*p++ = suffix[k];
-		argv[k] = buf;
-		argvlen[k] = (size_t)(p - buf);
-		buf = p;
-	}
-}
+struct quiet_release {
+	uint64_t sent_at;
+	size_t len;
+	char lock[]; /* the lock's name */
+};
 
 static void on_released_quietly(const redisReply *reply, void *priv)
 {
-	(void)priv;
+	struct quiet_release *q = priv;
+
 	if (rpool_reply_failed(reply))
-		LOG(LOG_WARN, "msg=\"release after session end failed; the lease ends by its TTL\" err=\"%.200s\"",
+		LOG(LOG_WARN, "msg=\"release failed; the lease ends by its TTL\" err=\"%.200s\"",
 		    reply ? reply->str : "no reply");
+	else
+		waitq_take_grants(q->lock, q->len, reply, 1, q->sent_at);
+	free(q);
 }
 
 void lease_release_in_redis(const char *lock, size_t lock_len, const char *token)
 {
-	char keybuf[LEASE_KEYS_BUF];
-	const char *argv[6];
-	size_t argvlen[6];
+	struct quiet_release *q = xmalloc(sizeof(*q) + lock_len);
+	lockscript_t ls;
 
-	lease_lock_keys(lock, lock_len, keybuf, argv, argvlen);
-	argv[3] = token;
-	argvlen[3] = LEASE_TOKEN_LEN;
-	argv[4] = LB_FENCE_RETENTION_STR;
-	argvlen[4] = strlen(LB_FENCE_RETENTION_STR);
-	argv[5] = "1";
-	argvlen[5] = 1;
-	if (rpool_eval(rpool_route(lock, lock_len), SCRIPT_RELEASE, 3, 6, argv, argvlen,
-	               on_released_quietly, NULL) < 0) {
+	q->sent_at = timers_now();
+	q->len = lock_len;
+	memcpy(q->lock, lock, lock_len);
+	lockscript_begin(&ls, lock, lock_len, LOCK_NKEYS, true);
+	lockscript_arg(&ls, token, LEASE_TOKEN_LEN);
+	lockscript_str(&ls, "1");
+	if (lockscript_send(&ls, SCRIPT_RELEASE, on_released_quietly, q) < 0) {
 		char tb[LOG_TOKEN_LEN];
+		free(q);
 		LOG(LOG_WARN, "msg=\"redis down: lease left to expire by its TTL\" lease=%s",
 		    log_token(token, tb));
 	}

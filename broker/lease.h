@@ -36,7 +36,6 @@ typedef struct lease {
 	char token[LEASE_TOKEN_LEN + 1];
 	char *lock; /* NUL-terminated copy; lock names hold no NUL */
 	size_t lock_len;
-	uint32_t route;
 	char *owner; /* may hold NUL bytes: use owner_len */
 	size_t owner_len;
 	lb_mode_t mode;
@@ -82,12 +81,6 @@ void lease_drop(lease_t *l);
 /* Releases every reentrancy level in Redis without waiting for the answer,
  * then frees the lease (session end, shutdown). */
 void lease_release_now(lease_t *l);
-
-/* Builds the lock's three keys into buf (at least LEASE_KEYS_BUF bytes):
- * argv[0..2] = holders, info, fence. */
-#define LEASE_KEYS_BUF (3 * (64 + 512 + 9))
-void lease_lock_keys(const char *lock, size_t lock_len, char *buf,
-                     const char *argv[3], size_t argvlen[3]);
 
 /* Frees every level of a holder in Redis; the answer is not awaited (a
  * failure is logged: the holder then ends by its TTL). */

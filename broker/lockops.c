@@ -1,14 +1,16 @@
 /*
- * lockops.c - acquire, release, extend and inspect (see lockops.h).
+ * lockops.c - the lock ops that are not waiting: re-entering a held lease,
+ * release, extend and inspect; acquire hands everything else to waitq.
  *
  * Every asynchronous op carries an op_ctx_t: a session reference (taken by
  * session_op_begin, dropped by session_op_end), a new reference to the
  * request id, and copies of what the reply needs. A reply that arrives after
- * the session closed answers nobody, and a lock granted to a closed session
- * is released at once.
+ * the session closed answers nobody.
  *
  * Leases are looked up again by token when a reply comes: the lease may
- * have been released, lost or freed with its session meanwhile.
+ * have been released, lost or freed with its session meanwhile. Replies of
+ * scripts that free capacity carry grants for this broker's waiters; they
+ * go to waitq.
  *
  * Detached leases live in Redis only. Their token -> lock name pointer
  * (lua/lease_index.lua) lets any session on any broker release or extend
@@ -22,9 +24,11 @@
 
 #include "broker/broker.h"
 #include "broker/lease.h"
+#include "broker/lockscript.h"
 #include "broker/log.h"
 #include "broker/rpool.h"
 #include "broker/session.h"
+#include "broker/waitq.h"
 #include "protocol/resp.h"
 
 typedef struct op_ctx {
@@ -34,12 +38,7 @@ typedef struct op_ctx {
 	char token[LEASE_TOKEN_LEN + 1];
 	char *lock; /* owned copy */
 	size_t lock_len;
-	char *owner; /* owned copy */
-	size_t owner_len;
-	lb_mode_t mode;
 	int64_t ttl_ms;
-	int64_t max_hold_ms;
-	bool watchdog;
 	bool detach;
 } op_ctx_t;
 
@@ -68,7 +67,6 @@ static void ctx_done(op_ctx_t *c)
 
 	json_decref(c->id);
 	free(c->lock);
-	free(c->owner);
 	free(c);
 	session_op_end(s);
 }
@@ -79,7 +77,7 @@ static void ctx_fail(op_ctx_t *c, lb_err_t code, const char *message)
 	ctx_done(c);
 }
 
-/* The message of a failed reply, for logs and the unavailable answer. */
+/* The message of a failed reply, for logs. */
 static const char *failure_text(const redisReply *r)
 {
 	return r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply from Redis";
@@ -113,23 +111,6 @@ static bool token_valid(lb_str_t t)
 	return true;
 }
 
-static int eval_lock(op_ctx_t *c, script_id_t script, int nargs, const char *const *args,
-                     const size_t *arglens, rpool_fn fn)
-{
-	char keybuf[LEASE_KEYS_BUF];
-	const char *argv[3 + 8];
-	size_t argvlen[3 + 8];
-
-	REQUIRE(nargs <= 8);
-	lease_lock_keys(c->lock, c->lock_len, keybuf, argv, argvlen);
-	for (int k = 0; k < nargs; k++) {
-		argv[3 + k] = args[k];
-		argvlen[3 + k] = arglens[k];
-	}
-	c->sent_at = timers_now();
-	return rpool_eval(rpool_route(c->lock, c->lock_len), script, 3, 3 + nargs, argv, argvlen, fn, c);
-}
-
 /* The token -> name pointer of a detached lease (lua/lease_index.lua). */
 static int eval_index(const char *token, const char *op, const char *arg1, const char *arg2,
                       rpool_fn fn, void *priv)
@@ -140,7 +121,7 @@ static int eval_index(const char *token, const char *op, const char *arg1, const
 	size_t argvlen[4];
 	int n = 2;
 
-	argvlen[0] = (size_t)snprintf(key, sizeof(key), "%slease:{%s}", prefix, token);
+	argvlen[0] = (size_t)snprintf(key, sizeof(key), "%slease:{%.*s}", prefix, LEASE_TOKEN_LEN, token);
 	argv[0] = key;
 	argv[1] = op;
 	argvlen[1] = strlen(op);
@@ -156,6 +137,16 @@ static int eval_index(const char *token, const char *op, const char *arg1, const
 	                  fn, priv);
 }
 
+int lockops_index_set(const char *token, const char *lock, size_t lock_len, const char *ms,
+                      rpool_fn fn, void *priv)
+{
+	char name[REQ_LOCK_MAX_BYTES + 1];
+
+	memcpy(name, lock, lock_len); /* lock names hold no NUL */
+	name[lock_len] = '\0';
+	return eval_index(token, "set", name, ms, fn, priv);
+}
+
 static void on_index_quiet(const redisReply *r, void *priv)
 {
 	(void)priv;
@@ -165,126 +156,12 @@ static void on_index_quiet(const redisReply *r, void *priv)
 
 /* ---- acquire ------------------------------------------------------------ */
 
-static void send_acquire(op_ctx_t *c);
-
-static void answer_acquired(op_ctx_t *c, const char *token, int64_t fence, int64_t ttl_ms,
-                            int64_t count)
-{
-	resp_acquired_t a = {
-		.lease = token,
-		.lock = {c->lock, c->lock_len},
-		.mode = c->mode,
-		.fence = fence,
-		.ttl_ms = ttl_ms,
-		.count = count,
-	};
-
-	session_send(c->s, resp_acquired(c->id, &a));
-}
-
-static void on_acquired(const redisReply *r, void *priv)
-{
-	op_ctx_t *c = priv;
-	session_t *s = c->s;
-	int64_t status, a, b = 0;
-	char tb[LOG_TOKEN_LEN];
-
-	if (rpool_reply_failed(r)) {
-		fail_unavailable(c, r);
-		return;
-	}
-	if (!reply_int(r, 0, &status) || !reply_int(r, 1, &a) || (status == 1 && !reply_int(r, 2, &b))) {
-		ctx_fail(c, LB_E_INTERNAL, "unexpected reply from the acquire script");
-		return;
-	}
-	if (status == 0) {
-		server.stats.timeouts_total++;
-		ctx_fail(c, LB_E_TIMEOUT, "the lock is held");
-		return;
-	}
-	if (status < 0) {
-		ctx_fail(c, LB_E_CONFLICT, NULL);
-		return;
-	}
-	server.stats.acquired_total++;
-	if (!session_open(s)) {
-		/* Nobody will ever learn this token: give the lock back now. */
-		lease_release_in_redis(c->lock, c->lock_len, c->token);
-		server.stats.released_total++;
-		ctx_done(c);
-		return;
-	}
-	if (!c->detach) {
-		lease_new(s, c->token, c->lock, c->lock_len, c->owner, c->owner_len, c->mode, a,
-		          c->ttl_ms, b, c->watchdog, c->max_hold_ms, c->sent_at);
-	}
-	LOG(LOG_DEBUG, "msg=\"acquired\" session=%s lease=%s fence=%" PRId64 "%s", s->name,
-	    log_token(c->token, tb), a, c->detach ? " detached=1" : "");
-	answer_acquired(c, c->token, a, b, 1); /* b: the lifetime Redis granted */
-	ctx_done(c);
-}
-
-static void send_acquire_script(op_ctx_t *c);
-
-static void on_index_stored(const redisReply *r, void *priv)
-{
-	op_ctx_t *c = priv;
-
-	if (rpool_reply_failed(r)) {
-		fail_unavailable(c, r);
-		return;
-	}
-	if (!session_open(c->s)) {
-		ctx_done(c);
-		return;
-	}
-	send_acquire_script(c);
-}
-
-/* A new lease: a fresh token, then (detached) its pointer, then the lock. */
-static void send_acquire(op_ctx_t *c)
-{
-	broker_random_hex(c->token, LEASE_TOKEN_LEN / 2);
-	if (c->detach) {
-		/* The pointer first: a detached token must be usable by any broker
-		 * from the moment the client learns it. It names the lock only, so
-		 * it is harmless if the acquire then fails, and expires by itself. */
-		char ms[24];
-		snprintf(ms, sizeof(ms), "%" PRId64, c->ttl_ms + LB_INDEX_MARGIN_MS);
-		if (eval_index(c->token, "set", c->lock, ms, on_index_stored, c) < 0)
-			ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
-		return;
-	}
-	send_acquire_script(c);
-}
-
-static void send_acquire_script(op_ctx_t *c)
-{
-	char ttl[24], max_hold[24];
-	const char *mode = c->mode == LB_MODE_SHARED ? "s" : c->mode == LB_MODE_PERMIT ? "p" : "x";
-	const char *client = c->s->client ? c->s->client : "";
-	const char *args[8] = {c->token, mode, "0", ttl, c->owner, client, max_hold,
-	                       LB_FENCE_RETENTION_STR};
-	size_t lens[8];
-
-	lens[0] = LEASE_TOKEN_LEN;
-	lens[1] = 1;
-	lens[2] = 1;
-	lens[3] = (size_t)snprintf(ttl, sizeof(ttl), "%" PRId64, c->ttl_ms);
-	lens[4] = c->owner_len;
-	lens[5] = c->s->client ? c->s->client_len : 0;
-	lens[6] = (size_t)snprintf(max_hold, sizeof(max_hold), "%" PRId64, c->max_hold_ms);
-	lens[7] = strlen(LB_FENCE_RETENTION_STR);
-
-	if (eval_lock(c, SCRIPT_ACQUIRE, 8, args, lens, on_acquired) < 0)
-		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
-}
-
 static void on_reentered(const redisReply *r, void *priv)
 {
 	op_ctx_t *c = priv;
 	lease_t *l = lease_find(c->token, LEASE_TOKEN_LEN);
 	int64_t count, ms_left;
+	resp_acquired_t a;
 
 	if (rpool_reply_failed(r)) {
 		fail_unavailable(c, r);
@@ -294,34 +171,43 @@ static void on_reentered(const redisReply *r, void *priv)
 		ctx_fail(c, LB_E_INTERNAL, "unexpected reply from the reenter script");
 		return;
 	}
-	if (count < 0) {
-		/* Redis no longer holds it: the old lease is lost; this acquire
-		 * goes on as a fresh one. */
+	if (count < 0 || !l) {
+		/* Redis no longer holds it, or it ended here meanwhile. */
 		if (l)
 			lease_lost(l, "gone");
-		if (!session_open(c->s)) {
-			ctx_done(c);
-			return;
-		}
-		send_acquire(c);
-		return;
-	}
-	if (!l) {
-		/* Ended by another session's release in between: no lease to give. */
-		ctx_fail(c, LB_E_NOT_HELD, "the lease ended while it was re-entered");
+		ctx_fail(c, LB_E_NOT_HELD, "the lease this acquire re-enters is gone");
 		return;
 	}
 	l->count = count;
-	c->mode = l->mode;
-	answer_acquired(c, l->token, l->fence, l->ttl_ms, count);
+	a = (resp_acquired_t){
+		.lease = l->token,
+		.lock = {l->lock, l->lock_len},
+		.mode = l->mode,
+		.fence = l->fence,
+		.ttl_ms = l->ttl_ms,
+		.count = count,
+	};
+	session_send(c->s, resp_acquired(c->id, &a));
 	ctx_done(c);
+}
+
+void lockops_reenter(session_t *s, const json_t *id, lease_t *l)
+{
+	op_ctx_t *c = ctx_new(s, id);
+	lockscript_t ls;
+
+	memcpy(c->token, l->token, sizeof(c->token));
+	lockscript_begin(&ls, l->lock, l->lock_len, LOCK_NKEYS_HOLDER, false);
+	lockscript_arg(&ls, l->token, LEASE_TOKEN_LEN);
+	if (lockscript_send(&ls, SCRIPT_REENTER, on_reentered, c) < 0)
+		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
 }
 
 void lockops_acquire(session_t *s, req_t *req)
 {
 	const req_acquire_t *a = &req->u.acquire;
+	int64_t ttl_ms = a->ttl_ms > 0 ? a->ttl_ms : server.cfg->default_ttl_ms;
 	lease_t *held;
-	op_ctx_t *c;
 
 	if (a->limit > 0) {
 		session_send_error(s, req->id, LB_E_INVALID_ARGUMENT,
@@ -333,40 +219,15 @@ void lockops_acquire(session_t *s, req_t *req)
 		                   "field 'mode': shared locks are not supported yet");
 		return;
 	}
-	if (a->wait_ms != 0) {
-		session_send_error(s, req->id, LB_E_INVALID_ARGUMENT,
-		                   "field 'wait_ms': waiting acquires are not supported yet; give wait_ms 0");
-		return;
-	}
 	held = a->detach ? NULL : lease_find_held(s, a->lock.ptr, a->lock.len, a->owner.ptr, a->owner.len);
-	if (held && held->mode == LB_MODE_SHARED && a->mode == LB_MODE_EXCLUSIVE) {
-		session_send_error(s, req->id, LB_E_UPGRADE_UNSUPPORTED, NULL);
-		return;
-	}
-	if (!held && !a->detach && (int64_t)s->nleases >= server.cfg->max_leases_per_session) {
-		session_send_error(s, req->id, LB_E_LIMIT_EXCEEDED, "too many leases in this session");
-		return;
-	}
-
-	c = ctx_new(s, req->id);
-	ctx_set_lock(c, a->lock.ptr, a->lock.len);
-	c->owner = xstrndup(a->owner.ptr, a->owner.len);
-	c->owner_len = a->owner.len;
-	c->mode = a->mode;
-	c->ttl_ms = a->ttl_ms > 0 ? a->ttl_ms : server.cfg->default_ttl_ms;
-	c->max_hold_ms = a->max_hold_ms;
-	c->watchdog = a->watchdog;
-	c->detach = a->detach;
-
 	if (held) {
-		const char *args[1] = {held->token};
-		size_t lens[1] = {LEASE_TOKEN_LEN};
-		memcpy(c->token, held->token, sizeof(c->token));
-		if (eval_lock(c, SCRIPT_REENTER, 1, args, lens, on_reentered) < 0)
-			ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
+		if (held->mode == LB_MODE_SHARED && a->mode == LB_MODE_EXCLUSIVE)
+			session_send_error(s, req->id, LB_E_UPGRADE_UNSUPPORTED, NULL);
+		else
+			lockops_reenter(s, req->id, held);
 		return;
 	}
-	send_acquire(c);
+	waitq_acquire(s, req->id, a, ttl_ms);
 }
 
 /* ---- release and extend: local leases and detached ones ----------------- */
@@ -383,7 +244,7 @@ typedef void (*lock_step_fn)(op_ctx_t *c);
  * detached one.
  */
 static bool lease_reply_or_answer(op_ctx_t *c, const redisReply *r, const char *script,
-                                  lease_t **out)
+                                  int64_t *result, lease_t **out)
 {
 	lease_t *l = lease_find(c->token, LEASE_TOKEN_LEN);
 
@@ -391,12 +252,16 @@ static bool lease_reply_or_answer(op_ctx_t *c, const redisReply *r, const char *
 		fail_unavailable(c, r);
 		return false;
 	}
-	if (r->type != REDIS_REPLY_INTEGER) {
+	if (r->type == REDIS_REPLY_INTEGER) {
+		*result = r->integer;
+	} else if (!reply_int(r, 0, result)) {
 		LOG(LOG_ERROR, "msg=\"unexpected script reply\" script=%s type=%d", script, r->type);
 		ctx_fail(c, LB_E_INTERNAL, "unexpected reply from a lock script");
 		return false;
 	}
-	if (r->integer < 0) {
+	if (r->type == REDIS_REPLY_ARRAY)
+		waitq_take_grants(c->lock, c->lock_len, r, 1, c->sent_at);
+	if (*result < 0) {
 		if (l)
 			lease_lost(l, "gone");
 		ctx_fail(c, LB_E_NOT_HELD, NULL);
@@ -413,11 +278,12 @@ static bool lease_reply_or_answer(op_ctx_t *c, const redisReply *r, const char *
 static void on_release_reply(const redisReply *r, void *priv)
 {
 	op_ctx_t *c = priv;
+	int64_t count;
 	lease_t *l;
 
-	if (!lease_reply_or_answer(c, r, "release", &l))
+	if (!lease_reply_or_answer(c, r, "release", &count, &l))
 		return;
-	if (r->integer == 0) {
+	if (count == 0) {
 		if (l)
 			lease_drop(l);
 		else
@@ -425,42 +291,48 @@ static void on_release_reply(const redisReply *r, void *priv)
 		if (c->detach)
 			eval_index(c->token, "del", NULL, NULL, on_index_quiet, NULL);
 	} else if (l) {
-		l->count = r->integer;
+		l->count = count;
 	}
-	session_send(c->s, resp_released(c->id, r->integer));
+	session_send(c->s, resp_released(c->id, count));
 	ctx_done(c);
 }
 
 static void release_step(op_ctx_t *c)
 {
-	const char *args[3] = {c->token, LB_FENCE_RETENTION_STR, "0"};
-	size_t lens[3] = {LEASE_TOKEN_LEN, strlen(LB_FENCE_RETENTION_STR), 1};
+	lockscript_t ls;
 
-	if (eval_lock(c, SCRIPT_RELEASE, 3, args, lens, on_release_reply) < 0)
+	lockscript_begin(&ls, c->lock, c->lock_len, LOCK_NKEYS, true);
+	lockscript_arg(&ls, c->token, LEASE_TOKEN_LEN);
+	lockscript_str(&ls, "0");
+	c->sent_at = timers_now();
+	if (lockscript_send(&ls, SCRIPT_RELEASE, on_release_reply, c) < 0)
 		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
 }
 
 static void on_extend_reply(const redisReply *r, void *priv)
 {
 	op_ctx_t *c = priv;
+	int64_t ms;
 	lease_t *l;
 
-	if (!lease_reply_or_answer(c, r, "extend", &l))
+	if (!lease_reply_or_answer(c, r, "extend", &ms, &l))
 		return;
 	if (l)
-		lease_confirmed(l, c->sent_at, r->integer);
-	session_send(c->s, resp_extended(c->id, r->integer));
+		lease_confirmed(l, c->sent_at, ms);
+	session_send(c->s, resp_extended(c->id, ms));
 	ctx_done(c);
 }
 
 static void extend_step(op_ctx_t *c)
 {
-	char ttl[24];
-	const char *args[3] = {c->token, ttl, LB_FENCE_RETENTION_STR};
-	size_t lens[3] = {LEASE_TOKEN_LEN, 0, strlen(LB_FENCE_RETENTION_STR)};
+	lockscript_t ls;
 
-	lens[1] = (size_t)snprintf(ttl, sizeof(ttl), "%" PRId64, c->ttl_ms);
-	if (eval_lock(c, SCRIPT_EXTEND, 3, args, lens, on_extend_reply) < 0)
+	lockscript_begin(&ls, c->lock, c->lock_len, LOCK_NKEYS_HOLDER, false);
+	lockscript_arg(&ls, c->token, LEASE_TOKEN_LEN);
+	lockscript_int(&ls, c->ttl_ms);
+	lockscript_str(&ls, LB_FENCE_RETENTION_STR);
+	c->sent_at = timers_now();
+	if (lockscript_send(&ls, SCRIPT_EXTEND, on_extend_reply, c) < 0)
 		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
 }
 
@@ -598,8 +470,10 @@ bad:
 void lockops_inspect(session_t *s, req_t *req)
 {
 	op_ctx_t *c = ctx_new(s, req->id);
+	lockscript_t ls;
 
 	ctx_set_lock(c, req->u.inspect.lock.ptr, req->u.inspect.lock.len);
-	if (eval_lock(c, SCRIPT_INSPECT, 0, NULL, NULL, on_inspected) < 0)
+	lockscript_begin(&ls, c->lock, c->lock_len, LOCK_NKEYS, false);
+	if (lockscript_send(&ls, SCRIPT_INSPECT, on_inspected, c) < 0)
 		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
 }

@@ -56,6 +56,7 @@ typedef struct rconn {
 	int handshake_left; /* replies still expected before READY */
 	bool handshake_failed;
 	bool dropping;        /* inside our own redisAsyncFree */
+	bool subscriber;      /* the inbox connection, not a command one */
 	uint32_t backoff_ms;
 	size_t pending;       /* commands sent, not yet answered */
 	uint64_t progress_at; /* last reply, or when pending went from 0 to 1 */
@@ -76,8 +77,12 @@ typedef struct rcmd {
 static struct {
 	uv_loop_t *loop;
 	const redis_addr_t *addr;
-	rconn_t conns[MAX_CONNS];
-	int n;
+	rconn_t conns[MAX_CONNS + 1]; /* commands, then the subscriber */
+	int n;                        /* command connections */
+	int nall;                     /* n, plus 1 with a subscriber */
+	char *channel;                /* the inbox channel, or NULL */
+	void (*on_message)(const char *msg, size_t len);
+	void (*on_subscribed)(void);
 	size_t pending;
 	char sha[SCRIPT__COUNT][41];
 	uint32_t rand_state;
@@ -153,6 +158,51 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 	schedule_retry(c);
 }
 
+/* One handshake reply came back; the last one makes the connection ready. */
+static void handshake_step(rconn_t *c)
+{
+	bool was_up;
+
+	if (--c->handshake_left > 0)
+		return;
+	if (c->handshake_failed) {
+		redisAsyncDisconnect(c->ac); /* on_disconnect schedules the retry */
+		return;
+	}
+	was_up = rpool_up();
+	c->state = RC_READY;
+	c->backoff_ms = BACKOFF_MIN_MS;
+	timer_cancel(&c->watch);
+	LOG(LOG_INFO, "msg=\"redis connected\" conn=%d%s", c->idx, c->subscriber ? " role=inbox" : "");
+	if (c->subscriber) {
+		if (P.on_subscribed)
+			P.on_subscribed();
+	} else if (!was_up && P.on_up) {
+		P.on_up();
+	}
+}
+
+/* The subscriber's one callback: the subscribe confirmation (the last
+ * handshake step), then every message on the inbox channel. */
+static void on_inbox(redisAsyncContext *ac, void *r, void *priv)
+{
+	rconn_t *c = ac->data;
+	redisReply *reply = r;
+
+	(void)priv;
+	if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements < 3 ||
+	    reply->element[0]->type != REDIS_REPLY_STRING)
+		return; /* gone (on_disconnect handles it) or not ours */
+	if (strcmp(reply->element[0]->str, "subscribe") == 0) {
+		if (c->state == RC_CONNECTING)
+			handshake_step(c);
+		return;
+	}
+	if (strcmp(reply->element[0]->str, "message") == 0 && c->state == RC_READY &&
+	    reply->element[2]->type == REDIS_REPLY_STRING && P.on_message)
+		P.on_message(reply->element[2]->str, reply->element[2]->len);
+}
+
 static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
 {
 	rconn_t *c = ac->data;
@@ -170,21 +220,7 @@ static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
 		memcpy(P.sha[step], reply->str, 40);
 		P.sha[step][40] = '\0';
 	}
-	if (--c->handshake_left > 0)
-		return;
-	if (c->handshake_failed) {
-		redisAsyncDisconnect(ac); /* on_disconnect schedules the retry */
-		return;
-	}
-	{
-		bool was_up = rpool_up();
-		c->state = RC_READY;
-		c->backoff_ms = BACKOFF_MIN_MS;
-		timer_cancel(&c->watch);
-		LOG(LOG_INFO, "msg=\"redis connected\" conn=%d", c->idx);
-		if (!was_up && P.on_up)
-			P.on_up();
-	}
+	handshake_step(c);
 }
 
 /* Gives up on a connection that hangs: frees the context (its pending
@@ -259,7 +295,7 @@ static void rconn_connect(rconn_t *c)
 	c->ac = ac;
 	c->state = RC_CONNECTING;
 	c->handshake_failed = false;
-	c->handshake_left = SCRIPT__COUNT;
+	c->handshake_left = c->subscriber ? 1 : SCRIPT__COUNT;
 	c->pending = 0;
 	timer_at(&c->watch, timers_now() + CONNECT_TIMEOUT_MS);
 
@@ -270,6 +306,11 @@ static void rconn_connect(rconn_t *c)
 		c->handshake_left++;
 		redisAsyncCommandArgv(ac, on_handshake, (void *)(intptr_t)-1, 2, argv, argvlen);
 	}
+	if (c->subscriber) {
+		/* Channels ignore the db; the confirmation ends the handshake. */
+		redisAsyncCommand(ac, on_inbox, NULL, "SUBSCRIBE %s", P.channel);
+		return;
+	}
 	if (a->db != 0) {
 		c->handshake_left++;
 		redisAsyncCommand(ac, on_handshake, (void *)(intptr_t)-1, "SELECT %d", a->db);
@@ -278,17 +319,26 @@ static void rconn_connect(rconn_t *c)
 		send_script_load(ac, on_handshake, (void *)(intptr_t)id, id);
 }
 
-void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, void (*on_up)(void))
+void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, void (*on_up)(void),
+                const rpool_inbox_t *inbox)
 {
 	REQUIRE(n >= 1 && n <= MAX_CONNS);
 	memset(&P, 0, sizeof(P));
 	P.loop = loop;
 	P.addr = addr;
 	P.n = n;
+	P.nall = n;
 	P.on_up = on_up;
+	if (inbox) {
+		P.channel = xstrndup(inbox->channel, strlen(inbox->channel));
+		P.on_message = inbox->on_message;
+		P.on_subscribed = inbox->on_subscribed;
+		P.conns[n].subscriber = true;
+		P.nall = n + 1;
+	}
 	P.rand_state = (uint32_t)uv_hrtime() | 1u;
 	uv_timer_init(loop, &P.close_timer);
-	for (int k = 0; k < n; k++) {
+	for (int k = 0; k < P.nall; k++) {
 		rconn_t *c = &P.conns[k];
 		c->idx = k;
 		c->state = RC_DOWN;
@@ -301,7 +351,7 @@ void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, void (*on_up)(
 
 static void close_timer_maybe_done(void)
 {
-	for (int k = 0; k < P.n; k++) {
+	for (int k = 0; k < P.nall; k++) {
 		if (P.conns[k].ac)
 			return;
 	}
@@ -313,7 +363,7 @@ static void on_close_timeout(uv_timer_t *h)
 {
 	(void)h;
 	LOG(LOG_WARN, "msg=\"redis did not answer in time; closing anyway\"");
-	for (int k = 0; k < P.n; k++) {
+	for (int k = 0; k < P.nall; k++) {
 		if (P.conns[k].ac)
 			redisAsyncFree(P.conns[k].ac); /* on_disconnect clears it */
 	}
@@ -323,7 +373,7 @@ static void on_close_timeout(uv_timer_t *h)
 void rpool_close(void)
 {
 	P.closing = true;
-	for (int k = 0; k < P.n; k++) {
+	for (int k = 0; k < P.nall; k++) {
 		rconn_t *c = &P.conns[k];
 		c->state = RC_CLOSING;
 		timer_cancel(&c->retry);
@@ -457,4 +507,10 @@ int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
 	}
 	P.pending++;
 	return 0;
+}
+
+void rpool_free(void)
+{
+	free(P.channel);
+	P.channel = NULL;
 }

@@ -28,9 +28,23 @@
 
 typedef void (*rpool_fn)(const redisReply *reply, void *priv);
 
-/* Starts connecting n connections to addr (which must outlive the pool);
- * on_up runs each time the pool goes from no ready connection to one. */
-void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, void (*on_up)(void));
+/* The broker's inbox: one more connection, subscribed to one channel. */
+typedef struct rpool_inbox {
+	const char *channel; /* copied */
+	/* A message on the channel (valid during the call). */
+	void (*on_message)(const char *msg, size_t len);
+	/* The subscription is (re)established: messages sent while it was
+	 * down are lost, so whatever waits on them should look again. */
+	void (*on_subscribed)(void);
+} rpool_inbox_t;
+
+/* Starts connecting n command connections to addr (which must outlive the
+ * pool), plus the inbox connection when inbox is not NULL; on_up runs each
+ * time the pool goes from no ready command connection to one. */
+void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, void (*on_up)(void),
+                const rpool_inbox_t *inbox);
+/* Frees what the pool keeps after it closed (at exit). */
+void rpool_free(void);
 /* Disconnects every connection; pending callbacks still run (with their
  * replies if Redis answers, else NULL). No reconnects after this. */
 void rpool_close(void);

@@ -11,10 +11,12 @@
 static const char *const script_names[SCRIPT__COUNT] = {
 	[SCRIPT_ACQUIRE] = "acquire",
 	[SCRIPT_EXTEND] = "extend",
+	[SCRIPT_HEARTBEAT] = "heartbeat",
 	[SCRIPT_INSPECT] = "inspect",
 	[SCRIPT_LEASE_INDEX] = "lease_index",
 	[SCRIPT_REENTER] = "reenter",
 	[SCRIPT_RELEASE] = "release",
+	[SCRIPT_WITHDRAW] = "withdraw",
 };
 
 static const struct script_src *by_id[SCRIPT__COUNT];

@@ -21,10 +21,12 @@ extern const size_t script_source_count;
 typedef enum script_id {
 	SCRIPT_ACQUIRE,
 	SCRIPT_EXTEND,
+	SCRIPT_HEARTBEAT,
 	SCRIPT_INSPECT,
 	SCRIPT_LEASE_INDEX,
 	SCRIPT_REENTER,
 	SCRIPT_RELEASE,
+	SCRIPT_WITHDRAW,
 	SCRIPT__COUNT
 } script_id_t;
 

@@ -18,6 +18,7 @@
 #include "broker/dispatch.h"
 #include "broker/lease.h"
 #include "broker/log.h"
+#include "broker/waitq.h"
 #include "protocol/resp.h"
 
 #define READ_BUF_SIZE 65536
@@ -101,6 +102,9 @@ static void end_session(session_t *s, const char *why)
 	if (s->reading)
 		uv_read_stop(&s->h.stream);
 	s->reading = false;
+	/* Waiters first: none of them may be granted what the session's
+	 * leases free next (both go out on the lock's connection, in order). */
+	waitq_session_end(s);
 	while (s->leases)
 		lease_release_now(s->leases);
 	LOG(LOG_INFO, "msg=\"session closed\" session=%s why=\"%s\" leases_released=%zu", s->name, why, n);

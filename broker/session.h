@@ -38,6 +38,7 @@
 #define SESSION_MAX_AUTH_FAILURES 3
 
 struct lease;
+struct waiter;
 
 typedef enum session_state {
 	SESSION_OPEN,
@@ -84,6 +85,8 @@ typedef struct session {
 
 	struct lease *leases; /* the non-detached leases it holds */
 	size_t nleases;
+	struct waiter *waiters; /* its pending acquires (waitq.c) */
+	size_t nwaiters;
 } session_t;
 
 /* Accepts a connection from a listener. */

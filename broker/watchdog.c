@@ -13,6 +13,7 @@
 
 #include "broker/broker.h"
 #include "broker/lease.h"
+#include "broker/lockscript.h"
 #include "broker/log.h"
 #include "broker/rpool.h"
 
@@ -75,23 +76,17 @@ out:
 
 static void renew(lease_t *l, uint64_t now)
 {
-	char keybuf[LEASE_KEYS_BUF], ttl[24];
-	const char *argv[6];
-	size_t argvlen[6];
 	struct renewal *r;
+	lockscript_t ls;
 
-	lease_lock_keys(l->lock, l->lock_len, keybuf, argv, argvlen);
-	argv[3] = l->token;
-	argvlen[3] = LEASE_TOKEN_LEN;
-	argvlen[4] = (size_t)snprintf(ttl, sizeof(ttl), "%lld", (long long)l->ttl_ms);
-	argv[4] = ttl;
-	argv[5] = LB_FENCE_RETENTION_STR;
-	argvlen[5] = strlen(LB_FENCE_RETENTION_STR);
-
+	lockscript_begin(&ls, l->lock, l->lock_len, LOCK_NKEYS_HOLDER, false);
+	lockscript_arg(&ls, l->token, LEASE_TOKEN_LEN);
+	lockscript_int(&ls, l->ttl_ms);
+	lockscript_str(&ls, LB_FENCE_RETENTION_STR);
 	r = xmalloc(sizeof(*r));
 	memcpy(r->token, l->token, sizeof(r->token));
 	r->sent_at = now;
-	if (rpool_eval(l->route, SCRIPT_EXTEND, 3, 6, argv, argvlen, on_renewed, r) < 0) {
+	if (lockscript_send(&ls, SCRIPT_EXTEND, on_renewed, r) < 0) {
 		free(r);
 		timer_at(&l->tick, retry_at(l, now));
 		return;

@@ -1,49 +1,76 @@
--- acquire.lua: try once to grant a new holder on a lock or semaphore.
--- KEYS: holders, info, fence (see prelude)
--- ARGV: id, mode ('x'|'s'|'p'), limit (0 for a lock), ttl_ms, owner, client,
---       max_hold_ms (0 = none), retention_ms
--- Returns {1, fence, ttl_ms} granted; {0, ms until the blockers may expire}
--- busy; {-1, 0} conflict (the name is held as another kind or limit).
--- fence = max(last + 1, Redis time in us): it increases also after the fence
--- key expired, with no per-name state kept beyond the retention margin.
-local h, i, f = KEYS[1], KEYS[2], KEYS[3]
-local id, mode, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local ttl, owner, client = tonumber(ARGV[4]), ARGV[5], ARGV[6]
-local max_hold, retention = tonumber(ARGV[7]), tonumber(ARGV[8])
+-- acquire.lua: a request for a lock or semaphore permit: granted now, or
+-- (wait) queued in arrival order.
+-- KEYS: all seven. ARGV: the context (see context_of), then id, mode,
+-- limit (0 for a lock), ttl_ms, owner, client, max_hold_ms (0 = none),
+-- wait ('1': queue when busy), fair ('1'), max_queue.
+-- Returns {1, fence, ttl_ms} granted; {0, retry_ms} busy (and queued when
+-- wait); {-1, 0} conflict (held or awaited as another kind or limit);
+-- {-2, 0} the queue is full. Grants for the calling broker's other waiters
+-- follow as {id, fence, ttl_ms} triples.
+--
+-- fair: granted only when nobody is queued ahead. Not fair: may pass queued
+-- waiters, except that a shared request never passes a queued exclusive
+-- one (writers are not starved).
+local K = keys_of(KEYS)
+local C, a = context_of(ARGV)
+local id, mode, limit = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+local ttl, owner, client = tonumber(ARGV[a + 3]), ARGV[a + 4], ARGV[a + 5]
+local max_hold, wait, fair = tonumber(ARGV[a + 6]), ARGV[a + 7] == '1', ARGV[a + 8] == '1'
+local max_queue = tonumber(ARGV[a + 9])
 
-local now_ms, now_us = clock()
-purge(h, i, now_ms)
+purge(K.h, K.i, C.now_ms)
+purge_waiters(K, C.now_ms)
 
-local held = holders(h, i)
-if #held > 0 then
-  local blocked = false
-  for n = 1, #held do
-    local info = held[n][3]
-    if (info[1] == 'p') ~= (mode == 'p') or info[6] ~= limit then
-      return {-1, 0}
-    end
-    if mode == 'x' or info[1] == 'x' then blocked = true end
+-- Granted already, by a script whose reply never reached its broker?
+local mine, expiry = holder_get(K.h, K.i, id)
+if mine then return finish(K, C, {1, mine[7], expiry - C.now_ms}, {}) end
+
+for _, hd in ipairs(holders(K.h, K.i)) do
+  if (hd[3][1] == 'p') ~= (mode == 'p') or hd[3][6] ~= limit then
+    return finish(K, C, {-1, 0}, {})
   end
-  if mode == 'p' and #held >= limit then
-    return {0, held[1][2] - now_ms} -- the first permit to expire
-  end
-  if blocked then
-    return {0, held[#held][2] - now_ms} -- every holder gone
+end
+local head = redis.call('ZRANGE', K.q, 0, 0)[1]
+local hw = head and info_get(K.w, head)
+if hw and ((hw[1] == 'p') ~= (mode == 'p') or hw[2] ~= limit) then
+  return finish(K, C, {-1, 0}, {})
+end
+
+-- Whatever became grantable meanwhile (an expired holder) goes first.
+local granted = promote(K, C)
+for n = 1, #granted, 3 do
+  if granted[n] == id then
+    local fence, t = granted[n + 1], granted[n + 2]
+    table.remove(granted, n); table.remove(granted, n); table.remove(granted, n)
+    return finish(K, C, {1, fence, t}, granted)
   end
 end
 
-local expiry, deadline = now_ms + ttl, 0
-if max_hold > 0 then
-  deadline = now_ms + max_hold
-  if deadline < expiry then expiry = deadline end
+local queued = redis.call('ZSCORE', K.q, id)
+local list = holders(K.h, K.i)
+local nheld, xheld = count_holders(list)
+local may = fits(mode, limit, nheld, xheld)
+if may and fair then
+  local first = redis.call('ZRANGE', K.q, 0, 0)[1]
+  may = first == nil or first == id
+elseif may and mode == 's' then
+  may = tonumber(redis.call('HGET', K.s, 'xw') or '0') <= 0
+end
+if may then
+  if queued then dequeue(K, id, mode) end
+  local fence, t = grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
+  return finish(K, C, {1, fence, t}, granted)
 end
 
-local fence = now_us
-local last = tonumber(redis.call('GET', f) or '0')
-if last + 1 > fence then fence = last + 1 end
-
-redis.call('ZADD', h, expiry, id)
-info_set(i, id, {mode, 1, deadline, owner, client, limit})
-redis.call('SET', f, string.format('%.0f', fence))
-retime(h, i, f, now_ms, retention)
-return {1, fence, expiry - now_ms}
+local retry = blocked_for(list, mode, C.now_ms)
+if not wait then return finish(K, C, {0, retry}, granted) end
+if not queued then
+  if redis.call('ZCARD', K.q) >= max_queue then
+    return finish(K, C, {-2, 0}, granted)
+  end
+  redis.call('ZADD', K.q, redis.call('HINCRBY', K.s, 'seq', 1), id)
+  info_set(K.w, id, {mode, limit, ttl, owner, client, max_hold, C.broker})
+  if mode == 'x' then redis.call('HINCRBY', K.s, 'xw', 1) end
+end
+redis.call('ZADD', K.d, C.now_ms + C.heartbeat, id)
+return finish(K, C, {0, retry}, granted)

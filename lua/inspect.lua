@@ -1,12 +1,17 @@
 -- inspect.lua: what a lock looks like now, without lease tokens.
--- KEYS: holders, info, fence. ARGV: (none)
+-- KEYS: all seven. ARGV: (none)
 -- Returns {limit, fence or false, waiters, mode1, ttl1, count1, owner1,
--- client1, mode2, ...} with holders in expiry order.
-local h, i, f = KEYS[1], KEYS[2], KEYS[3]
+-- client1, mode2, ...} with holders in expiry order; limit comes from the
+-- holders or else the queued waiters.
+local K = keys_of(KEYS)
 local now_ms = clock()
-purge(h, i, now_ms)
-local held = holders(h, i)
-local out = {0, redis.call('GET', f) or false, 0}
+purge(K.h, K.i, now_ms)
+purge_waiters(K, now_ms)
+local held = holders(K.h, K.i)
+local out = {0, redis.call('GET', K.f) or false, redis.call('ZCARD', K.q)}
+local head = redis.call('ZRANGE', K.q, 0, 0)[1]
+local hw = head and info_get(K.w, head)
+if hw then out[1] = hw[2] end
 for n = 1, #held do
   local info = held[n][3]
   out[1] = info[6]

@@ -1,23 +1,23 @@
 -- release.lua: drop one reentrancy level of a holder; at zero the holder is
--- removed and its capacity freed.
--- KEYS: holders, info, fence. ARGV: id, retention_ms, all ('1': drop every
--- level at once, as when a session ends)
--- Returns the count left (0 = freed), or -1 when the id holds nothing.
-local h, i, f = KEYS[1], KEYS[2], KEYS[3]
-local id, retention, all = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
-local now_ms = clock()
-purge(h, i, now_ms)
-local info = holder_get(h, i, id)
-if not info then
-  retime(h, i, f, now_ms, retention)
-  return -1
-end
+-- removed and whoever now fits in the queue is granted or woken.
+-- KEYS: all seven. ARGV: the context, then id, all ('1': drop every level,
+-- as when a session ends).
+-- Returns {count left (0 = freed), grants...}, or {-1} when the id holds
+-- nothing.
+local K = keys_of(KEYS)
+local C, a = context_of(ARGV)
+local id, all = ARGV[a], ARGV[a + 1] == '1'
+
+purge(K.h, K.i, C.now_ms)
+purge_waiters(K, C.now_ms)
+
+local info = holder_get(K.h, K.i, id)
+if not info then return finish(K, C, {-1}, promote(K, C)) end
 if info[2] > 1 and not all then
   info[2] = info[2] - 1
-  info_set(i, id, info)
-  return info[2]
+  info_set(K.i, id, info)
+  return finish(K, C, {info[2]}, {})
 end
-redis.call('ZREM', h, id)
-redis.call('HDEL', i, id)
-retime(h, i, f, now_ms, retention)
-return 0
+redis.call('ZREM', K.h, id)
+redis.call('HDEL', K.i, id)
+return finish(K, C, {0}, promote(K, C))

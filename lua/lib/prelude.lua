@@ -1,19 +1,40 @@
--- prelude.lua: helpers shared by every lock script. The build prepends this
--- file to each lua/*.lua script before embedding it (deploy/embed-lua.sh);
--- it is never sent to Redis on its own.
+-- prelude.lua: the data model and the helpers shared by every lock script.
+-- The build prepends this file to each lua/*.lua script before embedding it
+-- (deploy/embed-lua.sh); it is never sent to Redis on its own.
 --
--- Data model of one lock NAME under prefix P (all keys share the hash tag
--- {NAME}, so every script touches one Redis Cluster slot; a NAME starting
--- with '}' or '=' is written as '=' NAME so the tag is never empty):
---   P{NAME}:h  zset  holder id -> expiry, Redis time in ms
---   P{NAME}:i  hash  holder id -> cmsgpack {mode, count, max-hold deadline
---                    ms or 0, owner, client, limit}; mode 'x' exclusive,
---                    's' shared, 'p' semaphore permit (limit > 0)
---   P{NAME}:f  string the last fencing token issued
--- A holder id is the lease token. Invariants: every script drops expired
--- holders first; an expiry never passes its holder's max-hold deadline; :h
--- and :i expire with their last holder and :f a retention margin later.
--- Times come only from the Redis clock, so brokers on different hosts agree.
+-- One lock NAME under prefix P. All keys share the hash tag {NAME}, so every
+-- script touches one Redis Cluster slot; a NAME starting with '}' or '=' is
+-- written as '=' NAME so the tag is never empty. KEYS come in this order
+-- (a script that needs fewer takes a prefix of the list):
+--   1 P{NAME}:h  zset   holder id -> expiry, Redis time in ms
+--   2 P{NAME}:i  hash   holder id -> cmsgpack {mode, count, max-hold
+--                       deadline ms or 0, owner, client, limit, fence}
+--   3 P{NAME}:f  string the last fencing token issued
+--   4 P{NAME}:q  zset   waiter id -> arrival number (the FIFO queue)
+--   5 P{NAME}:w  hash   waiter id -> cmsgpack {mode, limit, ttl, owner,
+--                       client, max-hold ms, broker id}
+--   6 P{NAME}:d  zset   waiter id -> heartbeat deadline, Redis time in ms
+--   7 P{NAME}:s  hash   'seq' last arrival number, 'xw' exclusive waiters
+-- mode: 'x' exclusive, 's' shared, 'p' semaphore permit (limit > 0).
+-- Holder and waiter ids are lease tokens: a waiter keeps its id when it is
+-- granted.
+--
+-- Invariants: every script drops expired holders and waiters whose broker
+-- stopped heartbeating before anything else; a holder exists only when
+-- both its expiry and its info do; an expiry never passes its holder's
+-- max-hold deadline; a waiter is in :q, :w and :d or in none; the lock's
+-- keys expire with their last holder or waiter, :f a retention margin
+-- later; fence = max(last + 1, Redis time in us), so it increases even
+-- after :f itself expired. Times come only from the Redis clock.
+--
+-- Waking: promote() grants waiters in queue order while they fit. A waiter
+-- of the broker running the script (C.broker) is granted at once and
+-- returned to it; a waiter of another broker is only reserved (nobody
+-- behind it passes it) and its broker is told by PUBLISH on its inbox
+-- channel P 'inbox:' broker, with the lock name as message; that broker
+-- then runs heartbeat.lua and grants it. So a grant is always made by a
+-- script its own broker sent, and the broker's send time bounds the
+-- lease's expiry from below.
 
 local function clock()
   local t = redis.call('TIME')
@@ -21,17 +42,45 @@ local function clock()
   return s * 1000 + math.floor(us / 1000), s * 1000000 + us
 end
 
+local function keys_of(k)
+  return {h = k[1], i = k[2], f = k[3], q = k[4], w = k[5], d = k[6], s = k[7]}
+end
+
+-- The queue-aware scripts take these first: retention_ms, broker id, key
+-- prefix, lock name, heartbeat_ms. Returns the context and the index of the
+-- first script-specific argument.
+local function context_of(argv)
+  local now_ms, now_us = clock()
+  return {retention = tonumber(argv[1]), broker = argv[2], prefix = argv[3],
+          name = argv[4], heartbeat = tonumber(argv[5]),
+          now_ms = now_ms, now_us = now_us}, 6
+end
+
+local function unpack_all(list, fn)
+  for n = 1, #list, 1000 do
+    fn(unpack(list, n, math.min(n + 999, #list)))
+  end
+end
+
+local function info_get(i, id)
+  local raw = redis.call('HGET', i, id)
+  if not raw then return nil end
+  return cmsgpack.unpack(raw)
+end
+
+local function info_set(i, id, info)
+  redis.call('HSET', i, id, cmsgpack.pack(info))
+end
+
 local function purge(h, i, now_ms)
   local dead = redis.call('ZRANGEBYSCORE', h, '-inf', now_ms)
   if #dead > 0 then
     redis.call('ZREMRANGEBYSCORE', h, '-inf', now_ms)
-    for n = 1, #dead, 1000 do
-      redis.call('HDEL', i, unpack(dead, n, math.min(n + 999, #dead)))
-    end
+    unpack_all(dead, function(...) redis.call('HDEL', i, ...) end)
   end
 end
 
--- Sets the keys' lifetimes from the latest holder expiry; with no holder
+-- Sets the holder keys' lifetimes from the latest expiry; with no holder
 -- left only the fence survives, for the retention margin.
 local function retime(h, i, f, now_ms, retention)
   local top = redis.call('ZRANGE', h, -1, -1, 'WITHSCORES')
@@ -44,12 +93,6 @@ local function retime(h, i, f, now_ms, retention)
   redis.call('PEXPIRE', h, keep)
   redis.call('PEXPIRE', i, keep)
   redis.call('PEXPIRE', f, keep + retention)
-end
-
-local function info_get(i, id)
-  local raw = redis.call('HGET', i, id)
-  if not raw then return nil end
-  return cmsgpack.unpack(raw)
 end
 
 -- A holder exists only when both its expiry and its info do. Half of one
@@ -79,6 +122,111 @@ local function holders(h, i)
   return out
 end
 
-local function info_set(i, id, info)
-  redis.call('HSET', i, id, cmsgpack.pack(info))
+-- ---- the queue ----------------------------------------------------------
+
+local function dequeue(K, id, mode)
+  redis.call('ZREM', K.q, id)
+  redis.call('ZREM', K.d, id)
+  redis.call('HDEL', K.w, id)
+  if mode == 'x' then redis.call('HINCRBY', K.s, 'xw', -1) end
+end
+
+-- Drops waiters whose broker stopped refreshing their heartbeat.
+local function purge_waiters(K, now_ms)
+  local dead = redis.call('ZRANGEBYSCORE', K.d, '-inf', now_ms)
+  for _, id in ipairs(dead) do
+    local wi = info_get(K.w, id)
+    dequeue(K, id, wi and wi[1])
+  end
+end
+
+-- Every script that touched the queue ends with this: the queue keys live
+-- as long as the last heartbeat deadline, and go with the last waiter.
+local function retime_queue(K, now_ms)
+  local top = redis.call('ZRANGE', K.d, -1, -1, 'WITHSCORES')
+  if #top == 0 then
+    redis.call('DEL', K.q, K.w, K.d, K.s)
+    return
+  end
+  local keep = tonumber(top[2]) - now_ms + 1000
+  for _, k in ipairs({K.q, K.w, K.d, K.s}) do redis.call('PEXPIRE', k, keep) end
+end
+
+-- Whether a request of mode/limit fits next to the holders as counted by
+-- nheld (all holders) and xheld (an exclusive one among them).
+local function fits(mode, limit, nheld, xheld)
+  if mode == 'x' then return nheld == 0 end
+  if mode == 's' then return not xheld end
+  return nheld < limit
+end
+
+local function count_holders(list)
+  local xheld = false
+  for _, hd in ipairs(list) do
+    if hd[3][1] == 'x' then xheld = true end
+  end
+  return #list, xheld
+end
+
+-- Makes id a holder; returns its fence and the lifetime granted.
+local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
+  local expiry, deadline = C.now_ms + ttl, 0
+  if max_hold > 0 then
+    deadline = C.now_ms + max_hold
+    if deadline < expiry then expiry = deadline end
+  end
+  local fence = C.now_us
+  local last = tonumber(redis.call('GET', K.f) or '0')
+  if last + 1 > fence then fence = last + 1 end
+  redis.call('ZADD', K.h, expiry, id)
+  info_set(K.i, id, {mode, 1, deadline, owner, client, limit, fence})
+  redis.call('SET', K.f, string.format('%.0f', fence))
+  return fence, expiry - C.now_ms
+end
+
+-- Grants queued waiters in arrival order while they fit (see the header).
+-- Looks at most 1000 waiters ahead. Returns the grants made for C.broker as
+-- a flat list {id, fence, ttl_ms, ...}.
+local function promote(K, C)
+  local out, woken = {}, {}
+  local nheld, xheld = count_holders(holders(K.h, K.i))
+  local queue = redis.call('ZRANGE', K.q, 0, 999)
+  for _, id in ipairs(queue) do
+    local wi = info_get(K.w, id)
+    if not wi then
+      dequeue(K, id, nil)
+    else
+      if not fits(wi[1], wi[2], nheld, xheld) then break end
+      if wi[7] == C.broker then
+        local fence, ttl = grant(K, C, id, wi[1], wi[2], wi[3], wi[4], wi[5], wi[6])
+        dequeue(K, id, wi[1])
+        out[#out + 1] = id
+        out[#out + 1] = fence
+        out[#out + 1] = ttl
+      elseif not woken[wi[7]] then
+        woken[wi[7]] = true
+        redis.call('PUBLISH', C.prefix .. 'inbox:' .. wi[7], C.name)
+      end
+      nheld = nheld + 1
+      if wi[1] == 'x' then xheld = true end
+    end
+  end
+  return out
+end
+
+-- The end of every queue-aware script: key lifetimes, then the reply with
+-- the grants for the calling broker appended.
+local function finish(K, C, reply, granted)
+  retime(K.h, K.i, K.f, C.now_ms, C.retention)
+  retime_queue(K, C.now_ms)
+  for _, v in ipairs(granted) do reply[#reply + 1] = v end
+  return reply
+end
+
+-- The ms until the holders that block a request of mode may have expired:
+-- a waiting broker retries then, in case nobody tells it.
+local function blocked_for(list, mode, now_ms)
+  if #list == 0 then return 0 end
+  if mode == 'p' then return list[1][2] - now_ms end
+  return list[#list][2] - now_ms
 end

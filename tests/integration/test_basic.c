@@ -168,12 +168,7 @@ LB_TEST(basic, not_supported_yet, 60)
     lb_redis *r = lb_redis_start(false);
     lb_broker *b = lb_broker_start(r, NULL);
     lb_client *c = lb_connect(b, LB_TCP);
-    /* wait_ms absent, null (same as absent) or > 0 */
-    expect_not_supported(lb_call(c, "{s:s, s:s}", "op", "acquire", "lock", "ns"));
-    expect_not_supported(lb_call(c, "{s:s, s:s, s:n}", "op", "acquire", "lock", "ns", "wait_ms"));
-    expect_not_supported(
-        lb_call(c, "{s:s, s:s, s:i}", "op", "acquire", "lock", "ns", "wait_ms", 100));
-    /* shared mode, semaphores */
+    /* shared mode, semaphores (waiting acquires are supported now) */
     expect_not_supported(lb_call(c, "{s:s, s:s, s:s, s:i}", "op", "acquire", "lock", "ns", "mode",
                                  "shared", "wait_ms", 0));
     expect_not_supported(lb_call(c, "{s:s, s:s, s:i, s:i}", "op", "acquire", "lock", "ns",

@@ -1,0 +1,847 @@
+/*
+ * waitq.c - waiters and wake-ups (see waitq.h).
+ *
+ * A waiter's state:
+ *   CHAINED      behind a pending acquire of the same (session, lock,
+ *                owner); nothing of it is in Redis.
+ *   SENDING      its acquire script is on its way (the reply decides).
+ *   QUEUED       queued in Redis; heartbeats keep it there and grant it.
+ *                `unsent`: its acquire could not be sent (or Redis lost
+ *                it): the next heartbeat of its lock sends it again.
+ *   WITHDRAWING  its withdraw script is on its way; the reply answers it.
+ *   DONE         answered, but its own acquire reply is still to come.
+ * A waiter is freed only when no script that carries it (acquire, withdraw)
+ * is in flight, so every reply finds valid memory. `end` records why a
+ * waiter stopped wanting the lock (timeout, cancel, session end, shutdown);
+ * a grant that arrives after that is given back, never answered.
+ *
+ * Ownership: a waiter holds one reference on its session for its whole
+ * life, plus one (counted in the session's inflight) while its acquire is
+ * on its way. A wlock lives while it has waiters; heartbeat replies look it
+ * up again by name.
+ */
+#include "broker/waitq.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker/broker.h"
+#include "broker/htab.h"
+#include "broker/lease.h"
+#include "broker/lockops.h"
+#include "broker/lockscript.h"
+#include "broker/log.h"
+#include "broker/rpool.h"
+#include "broker/session.h"
+#include "protocol/resp.h"
+
+#define HEARTBEAT_MAX_IDS 256 /* waiter ids per heartbeat call */
+
+typedef enum waiter_state {
+	W_CHAINED,
+	W_SENDING,
+	W_QUEUED,
+	W_WITHDRAWING,
+	W_DONE,
+} waiter_state_t;
+
+typedef enum waiter_end {
+	WEND_NONE,
+	WEND_TIMEOUT,
+	WEND_CANCELLED,
+	WEND_GONE,
+	WEND_SHUTDOWN,
+} waiter_end_t;
+
+typedef struct wlock wlock_t;
+typedef struct waiter waiter_t;
+
+struct waiter {
+	htab_node_t by_id;
+	htab_node_t by_holder; /* leaders only: (session, lock, owner) */
+	bool in_holder_index;
+	char id[LEASE_TOKEN_LEN + 1];
+	session_t *s;
+	json_t *req_id; /* own reference, or NULL */
+	wlock_t *wl;
+	waiter_t *wl_prev, *wl_next;
+	waiter_t *s_prev, *s_next;
+	waiter_t *leader;     /* CHAINED: the acquire it waits behind */
+	waiter_t *followers;  /* leader: CHAINED waiters, by chain_next */
+	waiter_t *chain_next;
+	waiter_state_t state;
+	waiter_end_t end;
+	bool unsent;
+	bool pointer_set; /* detached: its token -> name pointer is stored */
+	timer_ent_t deadline;
+	uint64_t sent_at;
+
+	char *owner;
+	size_t owner_len;
+	lb_mode_t mode;
+	int64_t limit;
+	int64_t ttl_ms;
+	int64_t max_hold_ms;
+	bool wait;
+	bool watchdog;
+	bool detach;
+	bool fair;
+};
+
+struct wlock {
+	htab_node_t by_name;
+	char *name;
+	size_t len;
+	waiter_t *head, *tail;
+	timer_ent_t timer; /* the next heartbeat */
+	bool hb_inflight;
+	bool hb_again; /* woken while a heartbeat was on its way */
+};
+
+static struct {
+	htab_t by_id;
+	htab_t by_holder;
+	htab_t locks;
+	size_t count;
+} Q;
+
+static void waiter_send(waiter_t *w);
+static void wlock_heartbeat(wlock_t *wl);
+
+/* ---- tables -------------------------------------------------------------- */
+
+struct holder_key {
+	const session_t *s;
+	const char *lock;
+	size_t lock_len;
+	const char *owner;
+	size_t owner_len;
+};
+
+static uint32_t holder_hash(const struct holder_key *k)
+{
+	uint32_t h = htab_hash(HTAB_HASH_INIT, &k->s, sizeof(k->s));
+
+	h = htab_hash(h, k->lock, k->lock_len);
+	h = htab_hash(h, "\0", 1);
+	return htab_hash(h, k->owner, k->owner_len);
+}
+
+static bool holder_match(const htab_node_t *n, const void *key)
+{
+	const waiter_t *w = (const waiter_t *)((const char *)n - offsetof(waiter_t, by_holder));
+	const struct holder_key *k = key;
+
+	return w->s == k->s && w->wl->len == k->lock_len &&
+	       memcmp(w->wl->name, k->lock, k->lock_len) == 0 && w->owner_len == k->owner_len &&
+	       memcmp(w->owner, k->owner, k->owner_len) == 0;
+}
+
+static bool id_match(const htab_node_t *n, const void *key)
+{
+	const waiter_t *w = (const waiter_t *)((const char *)n - offsetof(waiter_t, by_id));
+	const lb_str_t *k = key;
+
+	return k->len == LEASE_TOKEN_LEN && memcmp(w->id, k->ptr, LEASE_TOKEN_LEN) == 0;
+}
+
+static bool name_match(const htab_node_t *n, const void *key)
+{
+	const wlock_t *wl = (const wlock_t *)((const char *)n - offsetof(wlock_t, by_name));
+	const lb_str_t *k = key;
+
+	return wl->len == k->len && memcmp(wl->name, k->ptr, k->len) == 0;
+}
+
+static waiter_t *waiter_find(const char *id, size_t len)
+{
+	lb_str_t key = {id, len};
+	htab_node_t *n = htab_find(&Q.by_id, htab_hash(HTAB_HASH_INIT, id, len), id_match, &key);
+
+	return n ? (waiter_t *)((char *)n - offsetof(waiter_t, by_id)) : NULL;
+}
+
+static wlock_t *wlock_find(const char *name, size_t len)
+{
+	lb_str_t key = {name, len};
+	htab_node_t *n = htab_find(&Q.locks, htab_hash(HTAB_HASH_INIT, name, len), name_match, &key);
+
+	return n ? (wlock_t *)((char *)n - offsetof(wlock_t, by_name)) : NULL;
+}
+
+static void on_wlock_timer(timer_ent_t *t)
+{
+	wlock_heartbeat((wlock_t *)((char *)t - offsetof(wlock_t, timer)));
+}
+
+static wlock_t *wlock_get(const char *name, size_t len)
+{
+	wlock_t *wl = wlock_find(name, len);
+
+	if (wl)
+		return wl;
+	wl = xcalloc(1, sizeof(*wl));
+	wl->name = xstrndup(name, len);
+	wl->len = len;
+	timer_init(&wl->timer, on_wlock_timer);
+	htab_insert(&Q.locks, &wl->by_name, htab_hash(HTAB_HASH_INIT, name, len));
+	return wl;
+}
+
+/* The next heartbeat at `at`, unless one is due earlier already. */
+static void wlock_arm(wlock_t *wl, uint64_t at)
+{
+	if (!timer_active(&wl->timer) || wl->timer.node.deadline > at)
+		timer_at(&wl->timer, at);
+}
+
+static void holder_index_add(waiter_t *w)
+{
+	struct holder_key k = {w->s, w->wl->name, w->wl->len, w->owner, w->owner_len};
+
+	htab_insert(&Q.by_holder, &w->by_holder, holder_hash(&k));
+	w->in_holder_index = true;
+}
+
+static void holder_index_remove(waiter_t *w)
+{
+	if (w->in_holder_index)
+		htab_remove(&Q.by_holder, &w->by_holder);
+	w->in_holder_index = false;
+}
+
+static waiter_t *leader_find(const session_t *s, const lb_str_t *lock, const lb_str_t *owner)
+{
+	struct holder_key k = {s, lock->ptr, lock->len, owner->ptr, owner->len};
+	htab_node_t *n = htab_find(&Q.by_holder, holder_hash(&k), holder_match, &k);
+
+	return n ? (waiter_t *)((char *)n - offsetof(waiter_t, by_holder)) : NULL;
+}
+
+/* ---- life of a waiter ---------------------------------------------------- */
+
+static void on_deadline(timer_ent_t *t);
+
+static waiter_t *waiter_new(session_t *s, const json_t *id, const req_acquire_t *a, int64_t ttl_ms)
+{
+	waiter_t *w = xcalloc(1, sizeof(*w));
+
+	broker_random_hex(w->id, LEASE_TOKEN_LEN / 2);
+	w->s = s;
+	session_ref(s);
+	w->req_id = id ? json_incref((json_t *)id) : NULL;
+	w->owner = xstrndup(a->owner.ptr, a->owner.len);
+	w->owner_len = a->owner.len;
+	w->mode = a->mode;
+	w->limit = a->limit;
+	w->ttl_ms = ttl_ms;
+	w->max_hold_ms = a->max_hold_ms;
+	w->wait = a->wait_ms != 0;
+	w->watchdog = a->watchdog;
+	w->detach = a->detach;
+	w->fair = a->fair;
+	htab_insert(&Q.by_id, &w->by_id, htab_hash(HTAB_HASH_INIT, w->id, LEASE_TOKEN_LEN));
+
+	w->wl = wlock_get(a->lock.ptr, a->lock.len);
+	w->wl_prev = w->wl->tail;
+	if (w->wl->tail)
+		w->wl->tail->wl_next = w;
+	else
+		w->wl->head = w;
+	w->wl->tail = w;
+
+	w->s_next = s->waiters;
+	if (s->waiters)
+		s->waiters->s_prev = w;
+	s->waiters = w;
+	s->nwaiters++;
+	Q.count++;
+
+	timer_init(&w->deadline, on_deadline);
+	if (a->wait_ms > 0)
+		timer_at(&w->deadline, timers_now() + (uint64_t)a->wait_ms);
+	return w;
+}
+
+static void waiter_free(waiter_t *w)
+{
+	wlock_t *wl = w->wl;
+	session_t *s = w->s;
+
+	timer_cancel(&w->deadline);
+	holder_index_remove(w);
+	htab_remove(&Q.by_id, &w->by_id);
+
+	if (w->wl_prev)
+		w->wl_prev->wl_next = w->wl_next;
+	else
+		wl->head = w->wl_next;
+	if (w->wl_next)
+		w->wl_next->wl_prev = w->wl_prev;
+	else
+		wl->tail = w->wl_prev;
+	if (!wl->head) {
+		timer_cancel(&wl->timer);
+		htab_remove(&Q.locks, &wl->by_name);
+		free(wl->name);
+		free(wl);
+	}
+
+	if (w->s_prev)
+		w->s_prev->s_next = w->s_next;
+	else
+		s->waiters = w->s_next;
+	if (w->s_next)
+		w->s_next->s_prev = w->s_prev;
+	s->nwaiters--;
+	Q.count--;
+
+	json_decref(w->req_id);
+	free(w->owner);
+	free(w);
+	session_unref(s);
+}
+
+/* The answer of a waiter that stopped wanting the lock. */
+static void answer_end(waiter_t *w)
+{
+	switch (w->end) {
+	case WEND_TIMEOUT:
+		server.stats.timeouts_total++;
+		session_send_error(w->s, w->req_id, LB_E_TIMEOUT, NULL);
+		break;
+	case WEND_CANCELLED:
+		session_send_error(w->s, w->req_id, LB_E_CANCELLED, NULL);
+		break;
+	case WEND_SHUTDOWN:
+		session_send_error(w->s, w->req_id, LB_E_SHUTTING_DOWN, NULL);
+		break;
+	case WEND_NONE:
+	case WEND_GONE:
+		break;
+	}
+}
+
+/* w ends without a lease (answered already): the first acquire chained
+ * behind it goes on as an acquire of its own, the others behind that one. */
+static void finish_failed(waiter_t *w)
+{
+	waiter_t *lead = w->followers;
+
+	w->followers = NULL;
+	if (lead) {
+		lead->leader = NULL;
+		lead->followers = lead->chain_next;
+		lead->chain_next = NULL;
+		for (waiter_t *f = lead->followers; f; f = f->chain_next)
+			f->leader = lead;
+	}
+	if (w->state == W_SENDING || w->state == W_WITHDRAWING)
+		w->state = W_DONE; /* its reply frees it */
+	else
+		waiter_free(w);
+	if (lead) {
+		holder_index_add(lead);
+		waiter_send(lead);
+	}
+}
+
+/* w is granted the lock: a lease for its session, the answer, and every
+ * acquire chained behind it re-enters that lease. */
+static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, uint64_t sent_at)
+{
+	session_t *s = w->s;
+	lease_t *l = NULL;
+	resp_acquired_t ans = {
+		.lease = w->id,
+		.lock = {w->wl->name, w->wl->len},
+		.mode = w->mode,
+		.fence = fence,
+		.ttl_ms = ttl_granted,
+		.count = 1,
+	};
+	char tb[LOG_TOKEN_LEN];
+
+	server.stats.acquired_total++;
+	if (w->end != WEND_NONE || !session_open(s)) {
+		/* Nobody takes it any more: give it back at once. */
+		lease_release_in_redis(w->wl->name, w->wl->len, w->id);
+		server.stats.released_total++;
+		answer_end(w);
+		finish_failed(w);
+		return;
+	}
+	if (!w->detach)
+		l = lease_new(s, w->id, w->wl->name, w->wl->len, w->owner, w->owner_len, w->mode, fence,
+		              w->ttl_ms, ttl_granted, w->watchdog, w->max_hold_ms, sent_at);
+	LOG(LOG_DEBUG, "msg=\"acquired\" session=%s lease=%s fence=%" PRId64 "%s", s->name,
+	    log_token(w->id, tb), fence, w->detach ? " detached=1" : "");
+	session_send(s, resp_acquired(w->req_id, &ans));
+
+	for (waiter_t *f = w->followers, *next; f; f = next) {
+		next = f->chain_next;
+		f->leader = NULL;
+		f->state = W_DONE;
+		lockops_reenter(f->s, f->req_id, l);
+		waiter_free(f);
+	}
+	w->followers = NULL;
+	w->end = WEND_NONE;
+	if (w->state == W_SENDING)
+		w->state = W_DONE; /* granted by another reply: its own still comes */
+	else
+		waiter_free(w);
+}
+
+/* ---- scripts ------------------------------------------------------------- */
+
+static const char *mode_arg(lb_mode_t m)
+{
+	return m == LB_MODE_SHARED ? "s" : m == LB_MODE_PERMIT ? "p" : "x";
+}
+
+static void on_withdrawn(const redisReply *r, void *priv)
+{
+	waiter_t *w = priv;
+
+	if (!rpool_reply_failed(r) && r->type == REDIS_REPLY_ARRAY)
+		waitq_take_grants(w->wl->name, w->wl->len, r, 1, w->sent_at);
+	else
+		LOG(LOG_WARN, "msg=\"withdraw failed; the queue entry ends with its heartbeat\" session=%s",
+		    w->s->name);
+	if (w->state == W_WITHDRAWING)
+		answer_end(w);
+	w->state = W_QUEUED; /* no script in flight any more */
+	finish_failed(w);
+}
+
+static void send_withdraw(waiter_t *w)
+{
+	lockscript_t ls;
+
+	lockscript_begin(&ls, w->wl->name, w->wl->len, LOCK_NKEYS, true);
+	lockscript_arg(&ls, w->id, LEASE_TOKEN_LEN);
+	w->sent_at = timers_now();
+	w->state = W_WITHDRAWING;
+	if (lockscript_send(&ls, SCRIPT_WITHDRAW, on_withdrawn, w) < 0) {
+		/* Redis is down: the entry ends with its heartbeat deadline. */
+		w->state = W_QUEUED;
+		answer_end(w);
+		finish_failed(w);
+	}
+}
+
+/* w stops wanting the lock (why): answered now, or once Redis confirmed. */
+static void end_waiter(waiter_t *w, waiter_end_t why)
+{
+	if (w->end != WEND_NONE || w->state == W_DONE)
+		return;
+	w->end = why;
+	switch (w->state) {
+	case W_CHAINED: {
+		waiter_t **pp = &w->leader->followers;
+		while (*pp != w)
+			pp = &(*pp)->chain_next;
+		*pp = w->chain_next;
+		answer_end(w);
+		waiter_free(w);
+		break;
+	}
+	case W_QUEUED:
+		if (w->unsent) {
+			answer_end(w);
+			finish_failed(w);
+		} else {
+			send_withdraw(w);
+		}
+		break;
+	case W_SENDING:       /* the acquire reply decides */
+	case W_WITHDRAWING:
+	case W_DONE:
+		break;
+	}
+}
+
+static void on_deadline(timer_ent_t *t)
+{
+	end_waiter((waiter_t *)((char *)t - offsetof(waiter_t, deadline)), WEND_TIMEOUT);
+}
+
+static void on_acquire_reply(const redisReply *r, void *priv)
+{
+	waiter_t *w = priv;
+	int64_t status, a = 0, b = 0;
+
+	session_op_end(w->s); /* the waiter's own reference keeps s alive */
+	if (w->state == W_DONE) {
+		/* Granted meanwhile by another reply: this one adds nothing (a
+		 * retried acquire of a holder answers its grant again). */
+		waiter_free(w);
+		return;
+	}
+	if (rpool_reply_failed(r) || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+	    r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
+		if (!rpool_reply_failed(r))
+			LOG(LOG_ERROR, "msg=\"unexpected reply from the acquire script\"");
+		if (w->wait && w->end == WEND_NONE) {
+			/* It may or may not be queued: the next heartbeat sends the
+			 * acquire again (the script takes a repeat as a repeat). */
+			w->state = W_QUEUED;
+			w->unsent = true;
+			wlock_arm(w->wl, timers_now() + LOCK_SAFETY_NET_MS);
+			return;
+		}
+		if (w->end == WEND_NONE)
+			session_send_error(w->s, w->req_id, LB_E_UNAVAILABLE, "Redis did not answer the request");
+		else
+			answer_end(w);
+		w->state = W_QUEUED;
+		finish_failed(w);
+		return;
+	}
+	status = r->element[0]->integer;
+	a = r->element[1]->integer;
+	if (status == 1 && r->elements >= 3 && r->element[2]->type == REDIS_REPLY_INTEGER)
+		b = r->element[2]->integer;
+	waitq_take_grants(w->wl->name, w->wl->len, r, status == 1 ? 3 : 2, w->sent_at);
+
+	if (status == 1) {
+		w->state = W_QUEUED;
+		grant_to(w, a, b, w->sent_at);
+		return;
+	}
+	w->state = W_QUEUED;
+	w->unsent = false;
+	if (status == 0 && w->wait && w->end == WEND_NONE) {
+		uint64_t now = timers_now();
+		wlock_arm(w->wl, now + (a > 0 && a < LOCK_SAFETY_NET_MS ? (uint64_t)a + 1 : LOCK_SAFETY_NET_MS));
+		return;
+	}
+	if (status == 0 && w->wait) {
+		send_withdraw(w); /* ended while the acquire was on its way */
+		return;
+	}
+	if (w->end != WEND_NONE) {
+		answer_end(w);
+	} else if (status == 0) {
+		server.stats.timeouts_total++;
+		session_send_error(w->s, w->req_id, LB_E_TIMEOUT, "the lock is held");
+	} else if (status == -1) {
+		session_send_error(w->s, w->req_id, LB_E_CONFLICT, NULL);
+	} else {
+		session_send_error(w->s, w->req_id, LB_E_LIMIT_EXCEEDED, "the lock's queue is full");
+	}
+	finish_failed(w);
+}
+
+static void on_pointer_stored(const redisReply *r, void *priv)
+{
+	waiter_t *w = priv;
+
+	session_op_end(w->s);
+	w->state = W_QUEUED;
+	if (rpool_reply_failed(r)) {
+		if (w->end == WEND_NONE)
+			session_send_error(w->s, w->req_id, LB_E_UNAVAILABLE, "Redis did not answer the request");
+		else
+			answer_end(w);
+		finish_failed(w);
+		return;
+	}
+	w->pointer_set = true;
+	if (w->end != WEND_NONE) {
+		answer_end(w);
+		finish_failed(w);
+		return;
+	}
+	waiter_send(w);
+}
+
+/* Sends w's acquire (for a detached one, its token -> name pointer first:
+ * the token must be usable on any broker the moment the client learns it;
+ * the pointer names the lock only and expires by itself). */
+static void waiter_send(waiter_t *w)
+{
+	session_t *s = w->s;
+	lockscript_t ls;
+	int rc;
+
+	w->sent_at = timers_now();
+	w->state = W_SENDING;
+	w->unsent = false;
+	session_op_begin(s);
+	if (w->detach && !w->pointer_set) {
+		char ms[24];
+		snprintf(ms, sizeof(ms), "%" PRId64, w->ttl_ms + LB_INDEX_MARGIN_MS);
+		rc = lockops_index_set(w->id, w->wl->name, w->wl->len, ms, on_pointer_stored, w);
+	} else {
+		lockscript_begin(&ls, w->wl->name, w->wl->len, LOCK_NKEYS, true);
+		lockscript_arg(&ls, w->id, LEASE_TOKEN_LEN);
+		lockscript_str(&ls, mode_arg(w->mode));
+		lockscript_int(&ls, w->limit);
+		lockscript_int(&ls, w->ttl_ms);
+		lockscript_arg(&ls, w->owner, w->owner_len);
+		lockscript_arg(&ls, s->client ? s->client : "", s->client ? s->client_len : 0);
+		lockscript_int(&ls, w->max_hold_ms);
+		lockscript_str(&ls, w->wait ? "1" : "0");
+		lockscript_str(&ls, w->fair ? "1" : "0");
+		lockscript_int(&ls, server.cfg->max_queue);
+		rc = lockscript_send(&ls, SCRIPT_ACQUIRE, on_acquire_reply, w);
+	}
+	if (rc == 0)
+		return;
+	session_op_end(s);
+	w->state = W_QUEUED;
+	if (w->wait && w->end == WEND_NONE) {
+		w->unsent = true; /* waits on; the next heartbeat tries again */
+		wlock_arm(w->wl, timers_now() + LOCK_SAFETY_NET_MS);
+		return;
+	}
+	if (w->end == WEND_NONE)
+		session_send_error(s, w->req_id, LB_E_UNAVAILABLE, "Redis is not reachable");
+	else
+		answer_end(w);
+	finish_failed(w);
+}
+
+void waitq_take_grants(const char *lock, size_t lock_len, const redisReply *r, size_t from,
+                       uint64_t sent_at)
+{
+	if (r->type != REDIS_REPLY_ARRAY)
+		return;
+	for (size_t k = from; k + 2 < r->elements; k += 3) {
+		const redisReply *id = r->element[k];
+		waiter_t *w;
+
+		if (id->type != REDIS_REPLY_STRING || r->element[k + 1]->type != REDIS_REPLY_INTEGER ||
+		    r->element[k + 2]->type != REDIS_REPLY_INTEGER || id->len != LEASE_TOKEN_LEN)
+			continue;
+		w = waiter_find(id->str, id->len);
+		if (!w || w->state == W_DONE) {
+			/* A grant nobody here waits for: give it back. */
+			char token[LEASE_TOKEN_LEN + 1];
+			memcpy(token, id->str, LEASE_TOKEN_LEN);
+			token[LEASE_TOKEN_LEN] = '\0';
+			if (!w)
+				lease_release_in_redis(lock, lock_len, token);
+			continue;
+		}
+		if (w->state == W_WITHDRAWING)
+			continue; /* its withdraw, sent later, gives it back */
+		grant_to(w, r->element[k + 1]->integer, r->element[k + 2]->integer, sent_at);
+	}
+}
+
+/* ---- heartbeats ---------------------------------------------------------- */
+
+struct heartbeat {
+	uint64_t sent_at;
+	size_t len;
+	char name[]; /* the lock */
+};
+
+static void on_heartbeat(const redisReply *r, void *priv)
+{
+	struct heartbeat *hb = priv;
+	wlock_t *wl = wlock_find(hb->name, hb->len);
+	int64_t retry_ms, nlost;
+
+	if (wl)
+		wl->hb_inflight = false;
+	if (rpool_reply_failed(r) || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+	    r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER ||
+	    r->element[1]->integer < 0 || (size_t)r->element[1]->integer > r->elements - 2) {
+		free(hb); /* the armed safety net tries again */
+		return;
+	}
+	retry_ms = r->element[0]->integer;
+	nlost = r->element[1]->integer;
+	waitq_take_grants(hb->name, hb->len, r, 2 + (size_t)nlost, hb->sent_at);
+	for (int64_t k = 0; k < nlost; k++) {
+		const redisReply *id = r->element[2 + k];
+		waiter_t *w = id->type == REDIS_REPLY_STRING ? waiter_find(id->str, id->len) : NULL;
+		/* Dropped from the queue (Redis restarted empty, or this broker
+		 * stalled past its heartbeat): queue it again, at the end. */
+		if (w && w->state == W_QUEUED && w->end == WEND_NONE && !w->unsent)
+			waiter_send(w);
+	}
+	wl = wlock_find(hb->name, hb->len);
+	free(hb);
+	if (!wl)
+		return;
+	if (retry_ms > 0 && retry_ms < LOCK_SAFETY_NET_MS)
+		wlock_arm(wl, timers_now() + (uint64_t)retry_ms + 1);
+	if (wl->hb_again) {
+		wl->hb_again = false;
+		wlock_heartbeat(wl);
+	}
+}
+
+/* Sends the acquires that could not be sent, then one heartbeat for the
+ * queued waiters of wl; the safety net is armed again either way. */
+static void wlock_heartbeat(wlock_t *wl)
+{
+	const char *ids[HEARTBEAT_MAX_IDS];
+	struct heartbeat *hb;
+	lockscript_t ls;
+	size_t n = 0;
+	uint64_t now = timers_now();
+
+	for (waiter_t *w = wl->head, *next; w; w = next) {
+		next = w->wl_next;
+		if (w->state == W_QUEUED && w->unsent && w->end == WEND_NONE)
+			waiter_send(w); /* never frees wl: w stays in it */
+	}
+	for (waiter_t *w = wl->head; w && n < HEARTBEAT_MAX_IDS; w = w->wl_next) {
+		if (w->state == W_QUEUED && !w->unsent)
+			ids[n++] = w->id;
+	}
+	if (n == 0 && !wl->hb_inflight) {
+		/* Nothing queued in Redis: only the unsent need the timer. */
+		for (waiter_t *w = wl->head; w; w = w->wl_next) {
+			if (w->unsent) {
+				wlock_arm(wl, now + LOCK_SAFETY_NET_MS);
+				break;
+			}
+		}
+		return;
+	}
+	timer_at(&wl->timer, now + LOCK_SAFETY_NET_MS);
+	if (wl->hb_inflight) {
+		wl->hb_again = true;
+		return;
+	}
+	lockscript_begin(&ls, wl->name, wl->len, LOCK_NKEYS, true);
+	for (size_t k = 0; k < n; k++)
+		lockscript_arg(&ls, ids[k], LEASE_TOKEN_LEN);
+	hb = xmalloc(sizeof(*hb) + wl->len);
+	hb->sent_at = now;
+	hb->len = wl->len;
+	memcpy(hb->name, wl->name, wl->len);
+	if (lockscript_send(&ls, SCRIPT_HEARTBEAT, on_heartbeat, hb) < 0) {
+		free(hb);
+		return;
+	}
+	wl->hb_inflight = true;
+}
+
+/* ---- the API --------------------------------------------------------------- */
+
+void waitq_acquire(session_t *s, const json_t *id, const req_acquire_t *a, int64_t ttl_ms)
+{
+	const lb_config_t *cfg = server.cfg;
+	waiter_t *lead = a->detach ? NULL : leader_find(s, &a->lock, &a->owner);
+	waiter_t *w;
+
+	if ((int64_t)s->nwaiters >= cfg->max_waiters_per_session) {
+		session_send_error(s, id, LB_E_LIMIT_EXCEEDED, "too many pending acquires in this session");
+		return;
+	}
+	if ((int64_t)Q.count >= cfg->max_waiters) {
+		session_send_error(s, id, LB_E_LIMIT_EXCEEDED, "too many pending acquires on this broker");
+		return;
+	}
+	if ((int64_t)(s->nleases + s->nwaiters) >= cfg->max_leases_per_session) {
+		session_send_error(s, id, LB_E_LIMIT_EXCEEDED, "too many leases in this session");
+		return;
+	}
+	if (lead && lead->mode == LB_MODE_SHARED && a->mode == LB_MODE_EXCLUSIVE) {
+		session_send_error(s, id, LB_E_UPGRADE_UNSUPPORTED, NULL);
+		return;
+	}
+	w = waiter_new(s, id, a, ttl_ms);
+	if (lead) {
+		/* Behind the pending acquire of the same holder: re-enters its
+		 * lease once granted, never waits on itself in Redis. */
+		waiter_t **pp = &lead->followers;
+		while (*pp)
+			pp = &(*pp)->chain_next;
+		*pp = w;
+		w->leader = lead;
+		w->state = W_CHAINED;
+		return;
+	}
+	if (!a->detach)
+		holder_index_add(w);
+	waiter_send(w);
+}
+
+bool waitq_cancel(session_t *s, const json_t *target)
+{
+	for (waiter_t *w = s->waiters; w; w = w->s_next) {
+		if (w->end == WEND_NONE && w->state != W_DONE && w->req_id &&
+		    json_equal(w->req_id, (json_t *)target)) {
+			end_waiter(w, WEND_CANCELLED);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Ends every waiter of s (chained ones first, so that none is promoted to
+ * leader only to be ended next). */
+static void end_all(session_t *s, waiter_end_t why)
+{
+	waiter_t *w, *next;
+
+	for (w = s->waiters; w; w = next) {
+		next = w->s_next;
+		if (w->state == W_CHAINED)
+			end_waiter(w, why);
+	}
+	for (w = s->waiters; w; w = next) {
+		next = w->s_next;
+		end_waiter(w, why);
+	}
+}
+
+void waitq_session_end(session_t *s)
+{
+	end_all(s, WEND_GONE);
+}
+
+void waitq_shutdown(void)
+{
+	for (session_t *s = server.sessions; s; s = s->next)
+		end_all(s, WEND_SHUTDOWN);
+}
+
+void waitq_on_message(const char *name, size_t len)
+{
+	wlock_t *wl = wlock_find(name, len);
+
+	if (wl)
+		wlock_heartbeat(wl);
+}
+
+void waitq_on_subscribed(void)
+{
+	/* Collect first: a heartbeat may end waiters and free wlocks. */
+	wlock_t **all;
+	size_t n = 0;
+
+	if (Q.locks.count == 0)
+		return;
+	all = xcalloc(Q.locks.count, sizeof(*all));
+	for (size_t b = 0; b < Q.locks.nbuckets; b++) {
+		for (htab_node_t *e = Q.locks.buckets[b]; e; e = e->next)
+			all[n++] = (wlock_t *)((char *)e - offsetof(wlock_t, by_name));
+	}
+	for (size_t k = 0; k < n; k++)
+		wlock_arm(all[k], timers_now());
+	free(all);
+}
+
+size_t waitq_count(void)
+{
+	return Q.count;
+}
+
+void waitq_free(void)
+{
+	FAILS_ASSERT(Q.count == 0);
+	htab_free(&Q.by_id);
+	htab_free(&Q.by_holder);
+	htab_free(&Q.locks);
+}

@@ -1,0 +1,38 @@
+-- heartbeat.lua: one broker's waiters on one lock are alive; grant those
+-- that fit now. Run on a wake-up message, at the holders' expiry, and as
+-- the slow safety net (so it doubles as the waiters' heartbeat).
+-- KEYS: all seven. ARGV: the context, then the waiter ids.
+-- Returns {retry_ms, nlost, lost ids..., grants...}: retry_ms until the
+-- holders may expire (0: nothing held); lost ids are neither queued nor
+-- holding (dropped, e.g. Redis restarted empty or the broker stalled past
+-- its heartbeat): their broker queues them again. Grants are triples, and
+-- include ids that hold the lock already (granted by a script whose reply
+-- was lost).
+local K = keys_of(KEYS)
+local C, a = context_of(ARGV)
+
+purge(K.h, K.i, C.now_ms)
+purge_waiters(K, C.now_ms)
+
+local lost, already = {}, {}
+for n = a, #ARGV do
+  local id = ARGV[n]
+  if redis.call('ZSCORE', K.q, id) then
+    redis.call('ZADD', K.d, C.now_ms + C.heartbeat, id)
+  else
+    local info, expiry = holder_get(K.h, K.i, id)
+    if info then
+      already[#already + 1] = id
+      already[#already + 1] = info[7]
+      already[#already + 1] = expiry - C.now_ms
+    else
+      lost[#lost + 1] = id
+    end
+  end
+end
+
+local granted = promote(K, C)
+for _, v in ipairs(already) do granted[#granted + 1] = v end
+local reply = {blocked_for(holders(K.h, K.i), 'x', C.now_ms), #lost}
+for _, id in ipairs(lost) do reply[#reply + 1] = id end
+return finish(K, C, reply, granted)

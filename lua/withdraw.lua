@@ -1,0 +1,23 @@
+-- withdraw.lua: a waiter gives up (timeout, cancel, its session ended, the
+-- broker stops). If it was granted meanwhile, the grant is given back.
+-- Either way whoever now fits is woken.
+-- KEYS: all seven. ARGV: the context, then id.
+-- Returns {1} when id held the lock (now released), else {0}; grants for
+-- the calling broker follow as triples.
+local K = keys_of(KEYS)
+local C, a = context_of(ARGV)
+local id = ARGV[a]
+
+purge(K.h, K.i, C.now_ms)
+purge_waiters(K, C.now_ms)
+
+local status = 0
+if holder_get(K.h, K.i, id) then
+  redis.call('ZREM', K.h, id)
+  redis.call('HDEL', K.i, id)
+  status = 1
+elseif redis.call('ZSCORE', K.q, id) then
+  local wi = info_get(K.w, id)
+  dequeue(K, id, wi and wi[1])
+end
+return finish(K, C, {status}, promote(K, C))
