@@ -243,6 +243,15 @@ typedef void (*lock_step_fn)(op_ctx_t *c);
  * Returns false when it answered; else *out is the local lease, NULL for a
  * detached one.
  */
+static void grants_then_done(op_ctx_t *c, const redisReply *r)
+{
+	/* After the answer: a release's own answer comes before what it hands
+	 * to others (its session's other acquires included). */
+	if (r && r->type == REDIS_REPLY_ARRAY)
+		waitq_take_grants(c->lock, c->lock_len, r, 1, c->sent_at);
+	ctx_done(c);
+}
+
 static bool lease_reply_or_answer(op_ctx_t *c, const redisReply *r, const char *script,
                                   int64_t *result, lease_t **out)
 {
@@ -259,16 +268,16 @@ static bool lease_reply_or_answer(op_ctx_t *c, const redisReply *r, const char *
 		ctx_fail(c, LB_E_INTERNAL, "unexpected reply from a lock script");
 		return false;
 	}
-	if (r->type == REDIS_REPLY_ARRAY)
-		waitq_take_grants(c->lock, c->lock_len, r, 1, c->sent_at);
 	if (*result < 0) {
 		if (l)
 			lease_lost(l, "gone");
-		ctx_fail(c, LB_E_NOT_HELD, NULL);
+		session_send_error(c->s, c->id, LB_E_NOT_HELD, NULL);
+		grants_then_done(c, r);
 		return false;
 	}
 	if (!l && !c->detach) {
-		ctx_fail(c, LB_E_NOT_HELD, NULL);
+		session_send_error(c->s, c->id, LB_E_NOT_HELD, NULL);
+		grants_then_done(c, r);
 		return false;
 	}
 	*out = l;
@@ -294,7 +303,7 @@ static void on_release_reply(const redisReply *r, void *priv)
 		l->count = count;
 	}
 	session_send(c->s, resp_released(c->id, count));
-	ctx_done(c);
+	grants_then_done(c, r);
 }
 
 static void release_step(op_ctx_t *c)

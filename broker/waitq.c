@@ -303,6 +303,15 @@ static void waiter_free(waiter_t *w)
 	session_unref(s);
 }
 
+/* w is answered, but a script that carries it is still on its way: it
+ * waits for that reply only, out of every index a new request looks in. */
+static void set_done(waiter_t *w)
+{
+	w->state = W_DONE;
+	holder_index_remove(w);
+	timer_cancel(&w->deadline);
+}
+
 /* The answer of a waiter that stopped wanting the lock. */
 static void answer_end(waiter_t *w)
 {
@@ -338,7 +347,7 @@ static void finish_failed(waiter_t *w)
 			f->leader = lead;
 	}
 	if (w->state == W_SENDING || w->state == W_WITHDRAWING)
-		w->state = W_DONE; /* its reply frees it */
+		set_done(w); /* its reply frees it */
 	else
 		waiter_free(w);
 	if (lead) {
@@ -382,14 +391,12 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, uint64_t s
 	for (waiter_t *f = w->followers, *next; f; f = next) {
 		next = f->chain_next;
 		f->leader = NULL;
-		f->state = W_DONE;
 		lockops_reenter(f->s, f->req_id, l);
 		waiter_free(f);
 	}
 	w->followers = NULL;
-	w->end = WEND_NONE;
 	if (w->state == W_SENDING)
-		w->state = W_DONE; /* granted by another reply: its own still comes */
+		set_done(w); /* granted by another reply: its own still comes */
 	else
 		waiter_free(w);
 }
