@@ -61,14 +61,14 @@ static void on_flush_check(uv_check_t *h)
 	session_flush_dirty();
 }
 
+/* Lets the loop end once what is left (Redis replies, session closes) is
+ * done; the timers still fire meanwhile. broker_free closes the rest. */
 static void close_loop_handles(void)
 {
 	session_flush_dirty();
 	uv_close((uv_handle_t *)&server.sigterm, NULL);
 	uv_close((uv_handle_t *)&server.sigint, NULL);
-	uv_close((uv_handle_t *)&server.flush_prepare, NULL);
-	uv_close((uv_handle_t *)&server.flush_check, NULL);
-	timers_close();
+	timers_unref();
 }
 
 static void finish(void)
@@ -180,6 +180,10 @@ int broker_start(uv_loop_t *loop, const lb_config_t *cfg)
 void broker_free(void)
 {
 	session_flush_dirty();
+	uv_close((uv_handle_t *)&server.flush_prepare, NULL);
+	uv_close((uv_handle_t *)&server.flush_check, NULL);
+	timers_close();
+	uv_run(server.loop, UV_RUN_DEFAULT); /* the close callbacks */
 	session_flush_list_free();
 	lease_table_free();
 	waitq_free();

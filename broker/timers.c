@@ -57,6 +57,11 @@ void timers_init(uv_loop_t *loop)
 	uv_timer_init(loop, &T.timer);
 }
 
+void timers_unref(void)
+{
+	uv_unref((uv_handle_t *)&T.timer);
+}
+
 void timers_close(void)
 {
 	FAILS_ASSERT(theap_size(&T.heap) == 0);

@@ -24,7 +24,11 @@ struct timer_ent {
 };
 
 void timers_init(uv_loop_t *loop);
-/* Closes the uv timer; every entry must have been cancelled by then. */
+/* The broker is stopping: timers still fire while anything else keeps the
+ * loop running (replies still to come), but no longer keep it running. */
+void timers_unref(void);
+/* Closes the uv timer, after uv_run returned; every entry must have been
+ * cancelled by then. Run the loop once more to finish the close. */
 void timers_close(void);
 static inline void timer_init(timer_ent_t *t, timer_fn fire) { theap_node_init(&t->node); t->fire = fire; }
 /* Arms t to fire at deadline (ms of uv_now), replacing an earlier arming. */

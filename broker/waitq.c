@@ -625,15 +625,19 @@ void waitq_take_grants(const char *lock, size_t lock_len, const redisReply *r, s
 		    r->element[k + 2]->type != REDIS_REPLY_INTEGER || id->len != LEASE_TOKEN_LEN)
 			continue;
 		w = waiter_find(id->str, id->len);
-		if (!w || w->state == W_DONE) {
+		if (!w && lease_find(id->str, id->len))
+			continue; /* reported again (a heartbeat sent before the grant's
+			           * reply came back): it is a lease here already */
+		if (!w) {
 			/* A grant nobody here waits for: give it back. */
 			char token[LEASE_TOKEN_LEN + 1];
 			memcpy(token, id->str, LEASE_TOKEN_LEN);
 			token[LEASE_TOKEN_LEN] = '\0';
-			if (!w)
-				lease_release_in_redis(lock, lock_len, token);
+			lease_release_in_redis(lock, lock_len, token);
 			continue;
 		}
+		if (w->state == W_DONE)
+			continue; /* answered already; its own reply frees it */
 		if (w->state == W_WITHDRAWING)
 			continue; /* its withdraw, sent later, gives it back */
 		grant_to(w, r->element[k + 1]->integer, r->element[k + 2]->integer, sent_at);

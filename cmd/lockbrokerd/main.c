@@ -29,9 +29,9 @@ int main(int argc, char **argv)
 	uv_loop_init(&loop);
 	rc = broker_start(&loop, &cfg);
 	uv_run(&loop, UV_RUN_DEFAULT);
+	broker_free();
 	if (uv_loop_close(&loop) != 0)
 		fprintf(stderr, "lockbrokerd: handles still open at exit\n");
-	broker_free();
 	config_free(&cfg);
 	return rc == 0 ? server.exit_code : 1;
 }

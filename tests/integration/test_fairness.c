@@ -1,0 +1,417 @@
+/*
+ * test_fairness.c - the fair FIFO queue across brokers (issue 3): grant
+ * order equals arrival order chain after chain, a waiter that leaves the
+ * head does not block the others, a dead broker's waiter is dropped,
+ * fair:false barges, and waiting costs Redis only the safety-net retries
+ * (no polling).
+ */
+#include "tests/integration/harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static json_t *acq_send(lb_client *c, json_t *id, const char *lock, int wait_ms, int fair)
+{
+	return lb_send_req(c, "{s:o*, s:s, s:s, s:o*, s:o*}", "id", id, "op", "acquire", "lock",
+	                   lock, "wait_ms", wait_ms >= 0 ? json_integer(wait_ms) : NULL, "fair",
+	                   fair >= 0 ? json_boolean(fair) : NULL);
+}
+
+static json_int_t release(lb_client *c, const char *lease)
+{
+	json_t *r = lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease);
+	lb_expect_ok(r);
+	return lb_int(r, "count");
+}
+
+static json_int_t inspect_waiters(lb_client *c, const char *lock)
+{
+	return lb_int(lb_inspect(c, lock), "waiters");
+}
+
+static void wait_waiters(lb_client *c, const char *lock, json_int_t want, int timeout_ms)
+{
+	int64_t deadline = lb_now_ms() + timeout_ms;
+	json_int_t got;
+	while ((got = inspect_waiters(c, lock)) != want && lb_now_ms() < deadline)
+		lb_sleep_ms(10);
+	cr_assert_eq(got, want, "inspect %s: want waiters %lld, got %lld", lock, (long long)want,
+	             (long long)got);
+}
+
+static void expect_silent(lb_client *c, int ms, const char *what)
+{
+	json_t *m = lb_read_msg(c, ms);
+	cr_assert_null(m, "%s: want no message within %d ms, got %s", what, ms, lb_dump(m));
+}
+
+static bool key_exists(lb_redis *r, const char *key)
+{
+	redisReply *rep = lb_redis_cmd(r, "EXISTS %s", key);
+	cr_assert_eq(rep->type, REDIS_REPLY_INTEGER);
+	return rep->integer != 0;
+}
+
+static void expect_no_queue(lb_redis *r, lb_client *c, const char *lock)
+{
+	static const char *const sfx[] = {"q", "w", "d", "s"};
+	char key[600];
+	int64_t deadline = lb_now_ms() + 1000;
+	for (size_t k = 0; k < 4; k++) {
+		snprintf(key, sizeof(key), "lb:{%s}:%s", lock, sfx[k]);
+		while (key_exists(r, key) && lb_now_ms() < deadline)
+			lb_sleep_ms(20);
+		cr_assert_not(key_exists(r, key), "queue key %s still exists", key);
+	}
+	cr_assert_eq(inspect_waiters(c, lock), 0, "%s", lb_dump(lb_inspect(c, lock)));
+}
+
+/* Waits until one of the n clients (those with pending[k]) gets a
+ * message; returns its index and the message in *out. */
+static int next_message(lb_client **c, const bool *pending, int n, int timeout_ms, json_t **out)
+{
+	int64_t deadline = lb_now_ms() + timeout_ms;
+	for (;;) {
+		for (int k = 0; k < n; k++) {
+			if (!pending[k])
+				continue;
+			json_t *m = lb_read_msg(c[k], 0);
+			if (m) {
+				*out = m;
+				return k;
+			}
+		}
+		cr_assert_lt(lb_now_ms(), deadline, "no client was granted within %d ms", timeout_ms);
+		lb_sleep_ms(1);
+	}
+}
+
+/* ---- FIFO across brokers ------------------------------------------------------ */
+
+#define NFIFO 10
+
+LB_TEST(fairness, fifo_across_brokers_chain_after_chain, 60)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *br[2] = {lb_broker_start(r, NULL), lb_broker_start(r, NULL)};
+	lb_client *h = lb_connect(br[0], LB_TCP);
+	lb_client *c[NFIFO];
+	json_t *ids[NFIFO];
+	static const int orders[3][NFIFO] = {
+	    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9},
+	    {7, 2, 9, 4, 0, 5, 1, 8, 3, 6},
+	    {9, 8, 7, 6, 5, 4, 3, 2, 1, 0},
+	};
+	for (int k = 0; k < NFIFO; k++)
+		c[k] = lb_connect(br[k % 2], (k / 2) % 2 ? LB_UNIX : LB_TCP);
+
+	json_t *hg = lb_try_acquire(h, "fifo", 30000);
+	lb_expect_ok(hg);
+	const char *hlease = lb_str(hg, "lease");
+	json_int_t last_fence = lb_int(hg, "fence");
+
+	for (int round = 0; round < 3; round++) {
+		const int *order = orders[round];
+		bool pending[NFIFO];
+		/* arrivals 50 ms apart, so their order is known */
+		for (int n = 0; n < NFIFO; n++) {
+			int k = order[n];
+			ids[k] = acq_send(c[k], json_integer(round * 100 + k), "fifo", -1, -1);
+			pending[k] = true;
+			lb_sleep_ms(50);
+		}
+		wait_waiters(h, "fifo", NFIFO, 2000);
+		cr_assert_eq(release(h, hlease), 0);
+		for (int n = 0; n < NFIFO; n++) {
+			json_t *m;
+			int got = next_message(c, pending, NFIFO, 3000, &m);
+			cr_assert_eq(got, order[n],
+			             "round %d: grant %d went to client %d, want client %d (arrival order): %s",
+			             round, n, got, order[n], lb_dump(m));
+			cr_assert(json_equal(lb_get(m, "id"), ids[got]), "%s", lb_dump(m));
+			lb_expect_ok(m);
+			cr_assert_eq(lb_int(m, "count"), 1, "%s", lb_dump(m));
+			json_int_t f = lb_int(m, "fence");
+			cr_assert_gt(f, last_fence, "fence went backwards: %lld after %lld",
+			             (long long)f, (long long)last_fence);
+			last_fence = f;
+			pending[got] = false;
+			lb_sleep_ms(5); /* hold briefly */
+			if (n == NFIFO - 1) {
+				/* the holder queues again before the last releases */
+				json_t *hid = acq_send(h, NULL, "fifo", -1, -1);
+				wait_waiters(h, "fifo", 1, 2000);
+				cr_assert_eq(release(c[got], lb_str(m, "lease")), 0);
+				hg = lb_wait_response(h, hid, 3000);
+				lb_expect_ok(hg);
+				hlease = lb_str(hg, "lease");
+				cr_assert_gt(lb_int(hg, "fence"), last_fence);
+				last_fence = lb_int(hg, "fence");
+			} else {
+				cr_assert_eq(release(c[got], lb_str(m, "lease")), 0);
+			}
+		}
+		for (int k = 0; k < NFIFO; k++)
+			expect_silent(c[k], 0, "after the chain");
+	}
+	cr_assert_eq(release(h, hlease), 0);
+	lb_expect_free(h, "fifo");
+	expect_no_queue(r, h, "fifo");
+	lb_end();
+}
+
+/* ---- a waiter leaving the queue --------------------------------------------- */
+
+LB_TEST(fairness, waiters_leaving_the_head_do_not_block_the_rest, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *a = lb_broker_start(r, NULL);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *h = lb_connect(b, LB_TCP);
+	lb_client *w1 = lb_connect(a, LB_TCP);
+	lb_client *w2 = lb_connect(a, LB_UNIX);
+	lb_client *w3 = lb_connect(b, LB_UNIX);
+	lb_client *w4 = lb_connect(a, LB_TCP);
+	const char *hl = lb_must_acquire(h, "hd", 30000);
+
+	json_t *i1 = acq_send(w1, NULL, "hd", 500, -1);
+	lb_sleep_ms(20);
+	json_t *i2 = acq_send(w2, json_string("c2"), "hd", -1, -1);
+	lb_sleep_ms(20);
+	json_t *i3 = acq_send(w3, NULL, "hd", -1, -1);
+	lb_sleep_ms(20);
+	json_t *i4 = acq_send(w4, NULL, "hd", -1, -1);
+	wait_waiters(h, "hd", 4, 2000);
+
+	/* the head times out: it leaves at once */
+	lb_expect_err(lb_wait_response(w1, i1, 3000), "timeout");
+	cr_assert_eq(inspect_waiters(h, "hd"), 3);
+	/* the new head is cancelled: it leaves at once */
+	json_t *cn = lb_call(w2, "{s:s, s:s}", "op", "cancel", "target", "c2");
+	cr_assert(lb_bool(cn, "cancelled"), "%s", lb_dump(cn));
+	lb_expect_err(lb_wait_response(w2, i2, 2000), "cancelled");
+	cr_assert_eq(inspect_waiters(h, "hd"), 2);
+
+	/* the next in line is served promptly, then the one after it */
+	int64_t t0 = lb_now_ms();
+	cr_assert_eq(release(h, hl), 0);
+	json_t *g = lb_wait_response(w3, i3, 2000);
+	cr_assert_lt(lb_now_ms() - t0, 500);
+	lb_expect_ok(g);
+	expect_silent(w4, 100, "w4 behind w3");
+	t0 = lb_now_ms();
+	cr_assert_eq(release(w3, lb_str(g, "lease")), 0);
+	g = lb_wait_response(w4, i4, 2000);
+	cr_assert_lt(lb_now_ms() - t0, 500);
+	lb_expect_ok(g);
+	expect_silent(w1, 0, "timed-out waiter");
+	expect_silent(w2, 0, "cancelled waiter");
+	cr_assert_eq(release(w4, lb_str(g, "lease")), 0);
+	expect_no_queue(r, h, "hd");
+	lb_end();
+}
+
+/* ---- a dead broker's waiter --------------------------------------------------- */
+
+LB_TEST(fairness, dead_broker_waiter_is_dropped_and_fair_false_barges, 40)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *a = lb_broker_start(r, NULL);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *h = lb_connect(b, LB_TCP);
+	lb_client *dead = lb_connect(a, LB_TCP);
+	lb_client *w = lb_connect(b, LB_UNIX);
+	lb_client *t = lb_connect(b, LB_TCP);
+	const char *hl = lb_must_acquire(h, "dead", 30000);
+
+	acq_send(dead, NULL, "dead", -1, -1); /* the head of the queue */
+	wait_waiters(h, "dead", 1, 2000);
+	lb_sleep_ms(30);
+	json_t *wid = acq_send(w, NULL, "dead", -1, -1);
+	wait_waiters(h, "dead", 2, 2000);
+
+	lb_broker_kill9(a);
+	int64_t t0 = lb_now_ms();
+	cr_assert_eq(release(h, hl), 0);
+
+	/* While the dead waiter is still in the queue (its heartbeat deadline
+	 * has not passed), a fair try-once does not pass it ... */
+	json_t *ft = lb_wait_response(t, acq_send(t, NULL, "dead", 0, 1), 2000);
+	lb_expect_err(ft, "timeout");
+	/* ... but fair:false may take the free lock ahead of the queue. */
+	json_t *uf = lb_wait_response(t, acq_send(t, NULL, "dead", 0, 0), 2000);
+	cr_assert(lb_is_ok(uf), "fair:false on a free lock with a queue: %s (%lld ms after the kill)",
+	          lb_dump(uf), (long long)(lb_now_ms() - t0));
+	cr_assert_lt(lb_now_ms() - t0, 4000, "the checks above must run before the deadline");
+	cr_assert_eq(release(t, lb_str(uf, "lease")), 0);
+
+	/* The dead waiter is dropped; the live one gets the lock. */
+	json_t *g = lb_wait_response(w, wid, 10000);
+	int64_t dt = lb_now_ms() - t0;
+	lb_expect_ok(g);
+	cr_log_info("granted %lld ms after the head's broker was killed", (long long)dt);
+	cr_assert_leq(dt, 8000, "a dead broker's waiter blocked the lock for %lld ms", (long long)dt);
+	cr_assert_eq(inspect_waiters(h, "dead"), 0);
+	cr_assert_eq(release(w, lb_str(g, "lease")), 0);
+	expect_no_queue(r, h, "dead");
+	lb_end();
+}
+
+/* ---- fair:false ------------------------------------------------------------------ */
+
+LB_TEST(fairness, fair_false_waiters_are_woken_on_release, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *a = lb_broker_start(r, NULL);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *h = lb_connect(a, LB_TCP);
+	lb_client *c[3] = {lb_connect(a, LB_UNIX), lb_connect(b, LB_TCP), lb_connect(b, LB_UNIX)};
+	json_t *ids[3];
+	bool pending[3] = {true, true, true};
+	const char *hl = lb_must_acquire(h, "ff", 30000);
+
+	/* a fair waiter and two unfair ones */
+	ids[0] = acq_send(c[0], NULL, "ff", -1, 0);
+	ids[1] = acq_send(c[1], NULL, "ff", -1, 1);
+	ids[2] = acq_send(c[2], NULL, "ff", -1, 0);
+	wait_waiters(h, "ff", 3, 2000);
+	for (int k = 0; k < 3; k++)
+		expect_silent(c[k], k == 0 ? 300 : 0, "waiting on a held lock, fair or not");
+	/* fair:false does not take a held lock either */
+	lb_client *x = lb_connect(b, LB_TCP);
+	lb_expect_err(lb_wait_response(x, acq_send(x, NULL, "ff", 0, 0), 2000), "timeout");
+	int64_t t0 = lb_now_ms();
+	cr_assert_eq(release(h, hl), 0);
+	for (int n = 0; n < 3; n++) {
+		json_t *m;
+		int k = next_message(c, pending, 3, 2000, &m);
+		cr_assert_lt(lb_now_ms() - t0, 500, "granted %lld ms after the release",
+		             (long long)(lb_now_ms() - t0));
+		lb_expect_ok(m);
+		cr_assert(json_equal(lb_get(m, "id"), ids[k]));
+		pending[k] = false;
+		for (int j = 0; j < 3; j++)
+			if (pending[j])
+				expect_silent(c[j], 50, "one holder at a time");
+		t0 = lb_now_ms();
+		cr_assert_eq(release(c[k], lb_str(m, "lease")), 0);
+	}
+	expect_no_queue(r, h, "ff");
+	lb_end();
+}
+
+/* ---- no polling ------------------------------------------------------------------ */
+
+static long long info_field(lb_redis *r, const char *section, const char *field)
+{
+	redisReply *rep = lb_redis_cmd(r, "INFO %s", section);
+	cr_assert_eq(rep->type, REDIS_REPLY_STRING);
+	const char *p = strstr(rep->str, field);
+	if (!p)
+		return 0;
+	return atoll(p + strlen(field));
+}
+
+/* Counts, with MONITOR, the commands clients send to Redis between two
+ * markers (ECHO on the harness connection), calls made inside scripts not
+ * included (total_commands_processed counts those too). */
+typedef struct {
+	redisContext *mon;
+	long long top, evalsha;
+	char sample[600];
+} monitor_t;
+
+static void monitor_start(lb_redis *r, monitor_t *m)
+{
+	const char *url = lb_redis_url(r);
+	cr_assert(strncmp(url, "unix://", 7) == 0, "%s", url);
+	memset(m, 0, sizeof(*m));
+	m->mon = redisConnectUnix(url + 7);
+	cr_assert(m->mon && !m->mon->err, "monitor connection");
+	redisSetTimeout(m->mon, (struct timeval){.tv_sec = 10});
+	redisReply *rep = redisCommand(m->mon, "MONITOR");
+	cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "MONITOR");
+	freeReplyObject(rep);
+	lb_redis_cmd(r, "ECHO %s", "lb-mark-start");
+}
+
+static void monitor_stop(lb_redis *r, monitor_t *m)
+{
+	bool counting = false;
+	lb_redis_cmd(r, "ECHO %s", "lb-mark-end");
+	for (;;) {
+		redisReply *rep = NULL;
+		cr_assert_eq(redisGetReply(m->mon, (void **)&rep), REDIS_OK, "monitor: %s",
+		             m->mon->errstr);
+		cr_assert(rep->type == REDIS_REPLY_STATUS, "monitor reply type %d", rep->type);
+		const char *line = rep->str;
+		bool end = strstr(line, "\"lb-mark-end\"") != NULL;
+		if (strstr(line, "\"lb-mark-start\""))
+			counting = true;
+		else if (counting && !end && !strstr(line, " lua]")) {
+			m->top++;
+			if (strstr(line, "\"EVALSHA\"") || strstr(line, "\"evalsha\""))
+				m->evalsha++;
+			size_t used = strlen(m->sample);
+			if (used + 80 < sizeof(m->sample))
+				snprintf(m->sample + used, sizeof(m->sample) - used, "%.70s\n", line);
+		}
+		freeReplyObject(rep);
+		if (end)
+			break;
+	}
+	redisFree(m->mon);
+	m->mon = NULL;
+}
+
+LB_TEST(fairness, waiting_does_not_poll_redis, 40)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *h = lb_connect(b, LB_TCP);
+	lb_client *w1 = lb_connect(b, LB_TCP);
+	lb_client *w2 = lb_connect(b, LB_UNIX);
+	enum { WAIT_S = 4 };
+	monitor_t mon;
+
+	/* a long lease without watchdog: the holder causes no renewals */
+	json_t *hg = lb_call(h, "{s:s, s:s, s:i, s:i, s:b}", "op", "acquire", "lock", "np", "ttl_ms",
+	                     60000, "wait_ms", 0, "watchdog", 0);
+	lb_expect_ok(hg);
+	/* two waiters of one lock on one broker: one safety net between them */
+	json_t *i1 = acq_send(w1, NULL, "np", -1, -1);
+	json_t *i2 = acq_send(w2, NULL, "np", -1, -1);
+	wait_waiters(h, "np", 2, 2000);
+	lb_sleep_ms(300);
+
+	long long e0 = info_field(r, "commandstats", "cmdstat_evalsha:calls=");
+	monitor_start(r, &mon);
+	lb_sleep_ms(WAIT_S * 1000);
+	monitor_stop(r, &mon);
+	long long evalsha = info_field(r, "commandstats", "cmdstat_evalsha:calls=") - e0;
+	cr_log_info("while waiting %d s: %lld EVALSHA (commandstats), %lld commands sent, "
+	            "%lld of them EVALSHA (MONITOR)",
+	            WAIT_S, evalsha, mon.top, mon.evalsha);
+	cr_assert_leq(evalsha, 2 * WAIT_S,
+	              "%lld EVALSHA in %d s of waiting: polling? (want the safety net only, about "
+	              "one a second per waiting lock)",
+	              evalsha, WAIT_S);
+	cr_assert_leq(mon.top, 2 * WAIT_S, "%lld Redis commands in %d s of waiting:\n%s", mon.top,
+	              WAIT_S, mon.sample);
+	expect_silent(w1, 0, "w1");
+	expect_silent(w2, 0, "w2");
+
+	/* and the wake-up still comes at once */
+	int64_t t0 = lb_now_ms();
+	cr_assert_eq(release(h, lb_str(hg, "lease")), 0);
+	json_t *g = lb_wait_response(w1, i1, 2000);
+	lb_expect_ok(g);
+	cr_assert_lt(lb_now_ms() - t0, 500);
+	cr_assert_eq(release(w1, lb_str(g, "lease")), 0);
+	g = lb_wait_response(w2, i2, 2000);
+	lb_expect_ok(g);
+	cr_assert_eq(release(w2, lb_str(g, "lease")), 0);
+	expect_no_queue(r, h, "np");
+	lb_end();
+}
