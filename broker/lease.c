@@ -89,8 +89,11 @@ lease_t *lease_new(struct session *s, const char *token, const char *lock, size_
 	timer_init(&l->max_hold, watchdog_on_max_hold);
 
 	htab_insert(&by_token, &l->by_token, token_hash(l->token, LEASE_TOKEN_LEN));
-	k = (struct holder_key){s, l->lock, lock_len, l->owner, owner_len};
-	htab_insert(&by_holder, &l->by_holder, holder_hash(&k));
+	if (mode != LB_MODE_PERMIT) {
+		/* Only locks re-enter; each permit is a lease of its own. */
+		k = (struct holder_key){s, l->lock, lock_len, l->owner, owner_len};
+		htab_insert(&by_holder, &l->by_holder, holder_hash(&k));
+	}
 
 	l->s_next = s->leases;
 	if (s->leases)
@@ -114,7 +117,8 @@ static void lease_free(lease_t *l)
 	timer_cancel(&l->tick);
 	timer_cancel(&l->max_hold);
 	htab_remove(&by_token, &l->by_token);
-	htab_remove(&by_holder, &l->by_holder);
+	if (l->mode != LB_MODE_PERMIT)
+		htab_remove(&by_holder, &l->by_holder);
 	if (l->s_prev)
 		l->s_prev->s_next = l->s_next;
 	else

@@ -32,7 +32,7 @@ struct session;
 
 typedef struct lease {
 	htab_node_t by_token;
-	htab_node_t by_holder; /* (session, lock, owner) */
+	htab_node_t by_holder; /* (session, lock, owner); locks only, not permits */
 	char token[LEASE_TOKEN_LEN + 1];
 	char *lock; /* NUL-terminated copy; lock names hold no NUL */
 	size_t lock_len;

@@ -209,17 +209,11 @@ void lockops_acquire(session_t *s, req_t *req)
 	int64_t ttl_ms = a->ttl_ms > 0 ? a->ttl_ms : server.cfg->default_ttl_ms;
 	lease_t *held;
 
-	if (a->limit > 0) {
-		session_send_error(s, req->id, LB_E_INVALID_ARGUMENT,
-		                   "field 'limit': semaphores are not supported yet");
-		return;
-	}
-	if (a->mode == LB_MODE_SHARED) {
-		session_send_error(s, req->id, LB_E_INVALID_ARGUMENT,
-		                   "field 'mode': shared locks are not supported yet");
-		return;
-	}
-	held = a->detach ? NULL : lease_find_held(s, a->lock.ptr, a->lock.len, a->owner.ptr, a->owner.len);
+	/* Reentrancy is for locks: a semaphore acquire always takes a new
+	 * permit (permits are not in the holder index either). */
+	held = a->detach || a->mode == LB_MODE_PERMIT
+	           ? NULL
+	           : lease_find_held(s, a->lock.ptr, a->lock.len, a->owner.ptr, a->owner.len);
 	if (held) {
 		if (held->mode == LB_MODE_SHARED && a->mode == LB_MODE_EXCLUSIVE)
 			session_send_error(s, req->id, LB_E_UPGRADE_UNSUPPORTED, NULL);

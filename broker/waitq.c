@@ -533,7 +533,7 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 		answer_end(w);
 	} else if (status == 0) {
 		server.stats.timeouts_total++;
-		session_send_error(w->s, w->req_id, LB_E_TIMEOUT, "the lock is held");
+		session_send_error(w->s, w->req_id, LB_E_TIMEOUT, "the lock is busy");
 	} else if (status == -1) {
 		session_send_error(w->s, w->req_id, LB_E_CONFLICT, NULL);
 	} else {
@@ -742,7 +742,8 @@ static void wlock_heartbeat(wlock_t *wl)
 void waitq_acquire(session_t *s, const json_t *id, const req_acquire_t *a, int64_t ttl_ms)
 {
 	const lb_config_t *cfg = server.cfg;
-	waiter_t *lead = a->detach ? NULL : leader_find(s, &a->lock, &a->owner);
+	bool reentrant = !a->detach && a->mode != LB_MODE_PERMIT;
+	waiter_t *lead = reentrant ? leader_find(s, &a->lock, &a->owner) : NULL;
 	waiter_t *w;
 
 	if ((int64_t)s->nwaiters >= cfg->max_waiters_per_session) {
@@ -773,7 +774,7 @@ void waitq_acquire(session_t *s, const json_t *id, const req_acquire_t *a, int64
 		w->state = W_CHAINED;
 		return;
 	}
-	if (!a->detach)
+	if (reentrant)
 		holder_index_add(w);
 	waiter_send(w);
 }

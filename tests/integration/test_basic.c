@@ -1,19 +1,11 @@
 /*
  * Every op of issue 2 over TCP and over the Unix socket, the response shapes
- * of PROTOCOL.md, reentrancy, owner-only release, busy locks, the ops and
- * fields that are "not supported yet", pipelining and the stats counters.
+ * of PROTOCOL.md, reentrancy, owner-only release, busy locks, pipelining
+ * and the stats counters.
  */
 #include "tests/integration/harness.h"
 
 #include <string.h>
-
-static void expect_not_supported(const json_t *r)
-{
-    lb_expect_err(r, "invalid_argument");
-    const char *msg = lb_str(r, "error.message");
-    cr_assert(strstr(msg, "not supported") != NULL,
-              "message should say 'not supported yet': %s", lb_dump(r));
-}
 
 static void check_acquire_shape(const json_t *r, const char *lock, int ttl_ms, int count)
 {
@@ -160,25 +152,6 @@ LB_TEST(basic, busy_lock_try_times_out, 60)
     cr_assert_eq(json_array_size(lb_get(ls, "leases")), 0, "%s", lb_dump(ls));
     lb_expect_ok(lb_call(a, "{s:s, s:s}", "op", "release", "lease", lease));
     lb_expect_ok(lb_try_acquire(c, "busy", 10000));
-    lb_end();
-}
-
-LB_TEST(basic, not_supported_yet, 60)
-{
-    lb_redis *r = lb_redis_start(false);
-    lb_broker *b = lb_broker_start(r, NULL);
-    lb_client *c = lb_connect(b, LB_TCP);
-    /* shared mode, semaphores (waiting acquires are supported now) */
-    expect_not_supported(lb_call(c, "{s:s, s:s, s:s, s:i}", "op", "acquire", "lock", "ns", "mode",
-                                 "shared", "wait_ms", 0));
-    expect_not_supported(lb_call(c, "{s:s, s:s, s:i, s:i}", "op", "acquire", "lock", "ns",
-                                 "limit", 3, "wait_ms", 0));
-    /* none of them touched the lock */
-    lb_expect_free(c, "ns");
-    cr_assert_eq(lb_redis_count_lock_keys(r, "lb:", "ns"), 0);
-    /* explicit exclusive works */
-    lb_expect_ok(lb_call(c, "{s:s, s:s, s:s, s:i}", "op", "acquire", "lock", "ns", "mode",
-                         "exclusive", "wait_ms", 0));
     lb_end();
 }
 
