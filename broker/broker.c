@@ -68,6 +68,7 @@ static void close_loop_handles(void)
 	session_flush_dirty();
 	uv_close((uv_handle_t *)&server.sigterm, NULL);
 	uv_close((uv_handle_t *)&server.sigint, NULL);
+	uv_close((uv_handle_t *)&server.sighup, NULL);
 	timers_unref();
 }
 
@@ -130,16 +131,40 @@ static void on_signal(uv_signal_t *h, int signum)
 	broker_shutdown();
 }
 
+/* SIGHUP: read the config file and flags again and apply what is safe. The
+ * log goes to stderr, which the service manager owns: nothing to reopen. */
+static void on_sighup(uv_signal_t *h, int signum)
+{
+	lb_config_t fresh;
+	char err[512], restart[256];
+
+	(void)h;
+	(void)signum;
+	if (config_load(&fresh, server.argc, server.argv, err, sizeof(err)) != CONFIG_OK) {
+		LOG(LOG_WARN, "msg=\"reload failed; the running settings stay\" err=\"%s\"", err);
+		config_free(&fresh);
+		return;
+	}
+	config_apply_reload(server.cfg, &fresh, restart, sizeof(restart));
+	config_free(&fresh);
+	log_threshold = server.cfg->log_level;
+	LOG(LOG_INFO, "msg=\"settings reloaded\"");
+	if (restart[0])
+		LOG(LOG_WARN, "msg=\"changed settings need a restart; not applied\" settings=\"%s\"", restart);
+}
+
 static void on_redis_up(void)
 {
 	LOG(LOG_INFO, "msg=\"ready\" broker=%s", server.id);
 }
 
-int broker_start(uv_loop_t *loop, const lb_config_t *cfg)
+int broker_start(uv_loop_t *loop, lb_config_t *cfg, int argc, char **argv)
 {
 	memset(&server, 0, sizeof(server));
 	server.loop = loop;
 	server.cfg = cfg;
+	server.argc = argc;
+	server.argv = argv;
 	server.state = BROKER_RUNNING;
 	broker_random_hex(server.id, 8);
 	log_threshold = cfg->log_level;
@@ -153,6 +178,8 @@ int broker_start(uv_loop_t *loop, const lb_config_t *cfg)
 	uv_signal_init(loop, &server.sigint);
 	uv_signal_start(&server.sigterm, on_signal, SIGTERM);
 	uv_signal_start(&server.sigint, on_signal, SIGINT);
+	uv_signal_init(loop, &server.sighup);
+	uv_signal_start(&server.sighup, on_sighup, SIGHUP);
 
 	uv_prepare_init(loop, &server.flush_prepare);
 	uv_prepare_start(&server.flush_prepare, on_flush_prepare);

@@ -52,7 +52,9 @@ typedef struct broker_stats {
 
 struct broker {
 	uv_loop_t *loop;
-	const lb_config_t *cfg;
+	lb_config_t *cfg;
+	int argc;    /* the command line, to read the settings again on SIGHUP */
+	char **argv;
 	broker_state_t state;
 	char id[17];           /* random, hex: names this broker in Redis */
 	uint64_t started_ms;   /* uv_now at start */
@@ -66,7 +68,7 @@ struct broker {
 
 	broker_stats_t stats;
 	timer_ent_t grace; /* the shutdown grace period */
-	uv_signal_t sigterm, sigint;
+	uv_signal_t sigterm, sigint, sighup;
 	/* Output queued in a loop turn is written before the loop blocks again:
 	 * prepare covers timer callbacks, check covers I/O callbacks. */
 	uv_prepare_t flush_prepare;
@@ -77,7 +79,7 @@ struct broker {
 extern struct broker server;
 
 /* Starts listening and connecting; returns 0 or -1 (logged). */
-int broker_start(uv_loop_t *loop, const lb_config_t *cfg);
+int broker_start(uv_loop_t *loop, lb_config_t *cfg, int argc, char **argv);
 /* Begins a graceful shutdown (as on SIGTERM). */
 void broker_shutdown(void);
 /* Called whenever a session finished closing, to finish a shutdown. */

@@ -64,6 +64,16 @@ enum {
  */
 int config_load(lb_config_t *cfg, int argc, char **argv, char *err, size_t errlen);
 void config_free(lb_config_t *cfg);
+
+/*
+ * SIGHUP: applies to the running settings `live` what can change without a
+ * restart (log level, default TTL, auth secret, shutdown grace, max-line for
+ * new connections, the bounds), taken from `fresh` (a config_load of the same
+ * argv). The names of changed settings that need a restart (listen, redis,
+ * prefix, pool, socket-mode) go to `restart`, space separated; they are not
+ * applied. `fresh` must still be freed with config_free.
+ */
+void config_apply_reload(lb_config_t *live, lb_config_t *fresh, char *restart, size_t restartlen);
 /* "debug" -> LOG_DEBUG etc.; -1 when unknown. */
 int config_log_level(const char *name);
 

@@ -27,7 +27,7 @@ int main(int argc, char **argv)
 		return rc == CONFIG_EXIT ? 0 : 2;
 	}
 	uv_loop_init(&loop);
-	rc = broker_start(&loop, &cfg);
+	rc = broker_start(&loop, &cfg, argc, argv);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	broker_free();
 	if (uv_loop_close(&loop) != 0)

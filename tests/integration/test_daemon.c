@@ -275,16 +275,18 @@ LB_TEST(daemon, redis_password_file_and_db, 30)
 	lb_end();
 }
 
-static long broker_rss_kb(const lb_broker *b)
+/* The pid of a broker the harness started, found by its Unix socket path
+ * on its command line. */
+static pid_t broker_pid(const lb_broker *b)
 {
 	const char *needle = lb_broker_unix_path(b);
 	DIR *d = opendir("/proc");
 	struct dirent *e;
-	long rss = -1;
+	pid_t pid = -1;
 
 	cr_assert_not_null(d);
-	while ((e = readdir(d)) && rss < 0) {
-		char path[300], cmd[4096], line[256];
+	while ((e = readdir(d)) && pid < 0) {
+		char path[300], cmd[4096];
 		FILE *f;
 		size_t n;
 		if (e->d_name[0] < '1' || e->d_name[0] > '9')
@@ -298,18 +300,28 @@ static long broker_rss_kb(const lb_broker *b)
 			if (cmd[k] == '\0')
 				cmd[k] = ' ';
 		cmd[n] = '\0';
-		if (!strstr(cmd, "lockbrokerd") || !strstr(cmd, needle))
-			continue;
-		snprintf(path, sizeof(path), "/proc/%s/status", e->d_name);
-		if (!(f = fopen(path, "r")))
-			continue;
-		while (fgets(line, sizeof(line), f))
-			if (sscanf(line, "VmRSS: %ld", &rss) == 1)
-				break;
-		fclose(f);
+		if (strstr(cmd, "lockbrokerd") && strstr(cmd, needle))
+			pid = (pid_t)atol(e->d_name);
 	}
 	closedir(d);
-	cr_assert_geq(rss, 0, "broker process not found");
+	cr_assert_gt(pid, 0, "broker process not found");
+	return pid;
+}
+
+static long broker_rss_kb(const lb_broker *b)
+{
+	char path[64], line[256];
+	long rss = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)broker_pid(b));
+	f = fopen(path, "r");
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld", &rss) == 1)
+			break;
+	fclose(f);
+	cr_assert_geq(rss, 0);
 	return rss;
 }
 
@@ -413,5 +425,74 @@ LB_TEST(daemon, script_flush_behind_the_broker_is_reloaded, 30)
 	lb_redis_cmd(r, "SCRIPT FLUSH");
 	lb_must_acquire(c, "flushed", 5000);
 	lb_close(c);
+	lb_end();
+}
+
+LB_TEST(daemon, sighup_reloads_what_is_safe, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b;
+	lb_client *c;
+
+	/* The secret's file is named by a flag (flags win over the file); its
+	 * content is read again on SIGHUP all the same. */
+	write_file(tmp_path("secret"), "first\n");
+	write_file(tmp_path("hup.json"), "{\"default-ttl-ms\": 1111}");
+	b = lb_broker_start(r, "--config", tmp_path("hup.json"), "--auth-file", tmp_path("secret"), NULL);
+	c = lb_connect(b, LB_TCP);
+	lb_expect_ok(lb_call(c, "{s:s, s:s}", "op", "hello", "auth", "first"));
+	cr_expect_eq(lb_int(lb_try_acquire(c, "h1", 0 /* default */), "ttl_ms"), 1111);
+
+	/* A new secret and TTL, and a prefix (which needs a restart). */
+	write_file(tmp_path("secret"), "second\n");
+	write_file(tmp_path("hup.json"), "{\"default-ttl-ms\": 2222, \"prefix\": \"other:\"}");
+	cr_assert_eq(kill(broker_pid(b), SIGHUP), 0);
+	lb_sleep_ms(300);
+
+	/* The session that passed hello stays authorized; new ones need the
+	 * new secret; the new default TTL applies; the prefix does not. */
+	cr_expect_eq(lb_int(lb_try_acquire(c, "h2", 0), "ttl_ms"), 2222);
+	cr_expect_gt(lb_redis_count_lock_keys(r, "lb:", "h2"), 0, "the prefix changed without a restart");
+	{
+		lb_client *n = lb_connect(b, LB_UNIX);
+		lb_expect_err(lb_call(n, "{s:s, s:s}", "op", "hello", "auth", "first"), "unauthorized");
+		lb_expect_ok(lb_call(n, "{s:s, s:s}", "op", "hello", "auth", "second"));
+	}
+	cr_expect_not_null(strstr(slurp(lb_broker_log(b)), "need a restart"));
+	cr_expect_null(strstr(slurp(lb_broker_log(b)), "second"), "the secret was logged");
+
+	/* A broken file is refused; the running settings stay. */
+	write_file(tmp_path("hup.json"), "{ not json");
+	cr_assert_eq(kill(broker_pid(b), SIGHUP), 0);
+	lb_sleep_ms(300);
+	cr_expect_eq(lb_int(lb_try_acquire(c, "h3", 0), "ttl_ms"), 2222);
+	cr_expect_not_null(strstr(slurp(lb_broker_log(b)), "reload failed"));
+	lb_end();
+}
+
+LB_TEST(daemon, connection_limit_answers_limit_exceeded, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, "--max-connections", "2", NULL);
+	lb_client *c1, *c2, *c3;
+	json_t *m;
+
+	lb_sleep_ms(300); /* the harness's readiness probe is closed by now */
+	c1 = lb_connect(b, LB_TCP);
+	c2 = lb_connect(b, LB_UNIX);
+
+	lb_expect_ok(lb_call(c1, "{s:s}", "op", "ping"));
+	lb_expect_ok(lb_call(c2, "{s:s}", "op", "ping"));
+	c3 = lb_connect(b, LB_TCP);
+	m = lb_read_msg(c3, 3000);
+	cr_assert_not_null(m, "no answer on the connection over the limit");
+	lb_expect_err(m, "limit_exceeded");
+	lb_expect_closed(c3, 3000);
+	/* The others are untouched, and a freed slot can be used again. */
+	lb_expect_ok(lb_call(c1, "{s:s}", "op", "ping"));
+	lb_close(c2);
+	lb_sleep_ms(200);
+	c3 = lb_connect(b, LB_UNIX);
+	lb_expect_ok(lb_call(c3, "{s:s}", "op", "ping"));
 	lb_end();
 }
