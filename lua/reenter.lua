@@ -4,8 +4,7 @@
 local h, i = KEYS[1], KEYS[2]
 local id = ARGV[1]
 local now_ms = clock()
-purge(h, i, now_ms)
-local info, expiry = holder_get(h, i, id)
+local info, expiry = live_holder(h, i, id, now_ms)
 if not info then return {-1, 0} end
 info[2] = info[2] + 1
 info_set(i, id, info)

@@ -8,6 +8,22 @@ local K = keys_of(KEYS)
 local C, a = context_of(ARGV)
 local id, all = ARGV[a], ARGV[a + 1] == '1'
 
+-- Nobody queued (the common case): nothing to purge there, nobody to wake.
+if redis.call('EXISTS', K.q) == 0 then
+  local info = live_holder(K.h, K.i, id, C.now_ms)
+  if info and info[2] > 1 and not all then
+    info[2] = info[2] - 1
+    info_set(K.i, id, info)
+    return {info[2]}
+  end
+  if info then
+    redis.call('ZREM', K.h, id)
+    redis.call('HDEL', K.i, id)
+  end
+  retime(K.h, K.i, K.f, C.now_ms, C.retention)
+  return {info and 0 or -1}
+end
+
 purge(K.h, K.i, C.now_ms)
 purge_waiters(K, C.now_ms)
 

@@ -107,6 +107,18 @@ local function holder_get(h, i, id)
   return nil
 end
 
+-- holder_get for a holder that must also still be live: an expired one is
+-- removed and counts as not held, as if a purge had run first.
+local function live_holder(h, i, id, now_ms)
+  local info, expiry = holder_get(h, i, id)
+  if info and expiry <= now_ms then
+    redis.call('ZREM', h, id)
+    redis.call('HDEL', i, id)
+    return nil
+  end
+  return info, expiry
+end
+
 -- The holders as {id, expiry, info} in expiry order, half holders removed.
 local function holders(h, i)
   local held = redis.call('ZRANGE', h, 0, -1, 'WITHSCORES')
