@@ -25,6 +25,7 @@ LIB_SRCS  := $(wildcard protocol/*.c) $(wildcard broker/*.c)
 LUA_PRELUDE := lua/lib/prelude.lua
 LUA_SRCS  := $(sort $(wildcard lua/*.lua))
 GEN_SRC   := build/gen/lua_scripts.c
+LOCKCTL_SRCS := $(wildcard cmd/lockctl/*.c)
 UNIT_SRCS := $(wildcard tests/unit/*.c)
 INTEG_SRCS := $(wildcard tests/integration/*.c)
 
@@ -32,7 +33,10 @@ REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.
 SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o
 
 .PHONY: all deps run test unit integration clean install bench
-all: build/lockbrokerd
+# lockctl, the command-line client, is built once its sources exist.
+LOCKCTL_BIN := $(if $(LOCKCTL_SRCS),build/lockctl)
+LOCKCTL_SAN := $(if $(LOCKCTL_SRCS),build/san/lockctl)
+all: build/lockbrokerd $(LOCKCTL_BIN)
 
 deps:
 	@sh deploy/install-deps.sh
@@ -69,6 +73,10 @@ build/lockbrokerd: build/rel/cmd/lockbrokerd/main.o build/rel/liblb.a
 	$(CC) -o $@ $^ $(PKG_LIBS) -lm
 build/san/lockbrokerd: build/san/cmd/lockbrokerd/main.o build/san/liblb.a
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(PKG_LIBS) -lm
+build/lockctl: $(patsubst %.c,build/rel/%.o,$(LOCKCTL_SRCS)) build/rel/liblb.a
+	$(CC) -o $@ $^ $(PKG_LIBS) -lm
+build/san/lockctl: $(patsubst %.c,build/san/%.o,$(LOCKCTL_SRCS)) build/san/liblb.a
+	$(CC) $(SAN_FLAGS) -o $@ $^ $(PKG_LIBS) -lm
 build/san/unit_tests: $(patsubst %.c,build/san/%.o,$(UNIT_SRCS)) build/san/liblb.a
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
 build/san/integration_tests: $(patsubst %.c,build/san/%.o,$(INTEG_SRCS)) build/san/liblb.a
@@ -83,9 +91,10 @@ run: deps
 TEST_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
             LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-            LB_BROKER_BIN=$(CURDIR)/build/san/lockbrokerd
+            LB_BROKER_BIN=$(CURDIR)/build/san/lockbrokerd \
+            LB_LOCKCTL_BIN=$(CURDIR)/build/san/lockctl
 test: deps
-	@$(MAKE) --no-print-directory build/san/lockbrokerd build/san/unit_tests build/san/integration_tests
+	@$(MAKE) --no-print-directory build/san/lockbrokerd $(LOCKCTL_SAN) build/san/unit_tests build/san/integration_tests
 	$(TEST_ENV) build/san/unit_tests --jobs 2
 	$(TEST_ENV) build/san/integration_tests --jobs 2
 
@@ -94,9 +103,9 @@ unit: build/san/unit_tests
 integration: build/san/lockbrokerd build/san/integration_tests
 	$(TEST_ENV) build/san/integration_tests
 
-install: build/lockbrokerd
+install: build/lockbrokerd $(LOCKCTL_BIN)
 	install -d $(DESTDIR)$(BINDIR)
-	install -m 0755 build/lockbrokerd $(DESTDIR)$(BINDIR)/lockbrokerd
+	install -m 0755 build/lockbrokerd $(LOCKCTL_BIN) $(DESTDIR)$(BINDIR)/
 
 clean:
 	rm -rf build
