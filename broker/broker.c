@@ -19,8 +19,10 @@
 #include "broker/lease.h"
 #include "broker/listener.h"
 #include "broker/log.h"
+#include "broker/metrics.h"
 #include "broker/rpool.h"
 #include "broker/scripts.h"
+#include "broker/sdnotify.h"
 #include "broker/session.h"
 #include "broker/waitq.h"
 #include "protocol/resp.h"
@@ -107,9 +109,11 @@ void broker_shutdown(void)
 	if (server.state != BROKER_RUNNING)
 		return;
 	server.state = BROKER_DRAINING;
+	sdnotify("STOPPING=1");
 	LOG(LOG_INFO, "msg=\"shutting down\" grace_ms=%lld sessions=%zu",
 	    (long long)server.cfg->shutdown_grace_ms, server.nsessions);
 	listeners_close();
+	metrics_close();
 	for (session_t *s = server.sessions; s; s = s->next)
 		session_send(s, resp_event_shutdown(server.cfg->shutdown_grace_ms));
 	waitq_shutdown();
@@ -148,6 +152,7 @@ static void on_sighup(uv_signal_t *h, int signum)
 	config_apply_reload(server.cfg, &fresh, restart, sizeof(restart));
 	config_free(&fresh);
 	log_threshold = server.cfg->log_level;
+	log_json = server.cfg->log_json;
 	LOG(LOG_INFO, "msg=\"settings reloaded\"");
 	if (restart[0])
 		LOG(LOG_WARN, "msg=\"changed settings need a restart; not applied\" settings=\"%s\"", restart);
@@ -155,7 +160,14 @@ static void on_sighup(uv_signal_t *h, int signum)
 
 static void on_redis_up(void)
 {
+	static bool told;
+
 	LOG(LOG_INFO, "msg=\"ready\" broker=%s", server.id);
+	if (!told) {
+		/* Listening and Redis answers: what systemd waits for. */
+		told = true;
+		sdnotify("READY=1");
+	}
 }
 
 int broker_start(uv_loop_t *loop, lb_config_t *cfg, int argc, char **argv)
@@ -168,6 +180,7 @@ int broker_start(uv_loop_t *loop, lb_config_t *cfg, int argc, char **argv)
 	server.state = BROKER_RUNNING;
 	broker_random_hex(server.id, 8);
 	log_threshold = cfg->log_level;
+	log_json = cfg->log_json;
 	scripts_init();
 	timers_init(loop);
 	server.started_ms = timers_now();
@@ -188,7 +201,9 @@ int broker_start(uv_loop_t *loop, lb_config_t *cfg, int argc, char **argv)
 	uv_check_start(&server.flush_check, on_flush_check);
 	uv_unref((uv_handle_t *)&server.flush_check);
 
-	if (listeners_open(loop) < 0) {
+	if (listeners_open(loop) < 0 ||
+	    (cfg->has_metrics && metrics_listen(loop, &cfg->metrics) < 0)) {
+		listeners_close();
 		close_loop_handles();
 		return -1;
 	}

@@ -56,6 +56,8 @@ enum opt_id {
 	OPT_POOL,
 	OPT_MAX_LINE,
 	OPT_LOG_LEVEL,
+	OPT_LOG_FORMAT,
+	OPT_METRICS,
 	OPT_SHUTDOWN_GRACE_MS,
 	OPT_MAX_CONNECTIONS,
 	OPT_MAX_LEASES_PER_SESSION,
@@ -119,6 +121,12 @@ static const struct option_def options[] = {
 	 "(default: 65536)"},
 	{"log-level", OPT_LOG_LEVEL, T_STRING, true, 0, 0, "LEVEL",
 	 "debug, info, warn or error (default: info)"},
+	{"log-format", OPT_LOG_FORMAT, T_STRING, true, 0, 0, "FORMAT",
+	 "text (key=value lines) or json (one object a\n"
+	 "line) (default: text)"},
+	{"metrics", OPT_METRICS, T_STRING, true, 0, 0, "URL",
+	 "tcp://HOST:PORT serving Prometheus metrics at\n"
+	 "/metrics (default: none)"},
 	{"shutdown-grace-ms", OPT_SHUTDOWN_GRACE_MS, T_INT, true, 0, 3600000, "N",
 	 "how long SIGTERM waits for clients to release,\n"
 	 "0..3600000 (default: 5000)"},
@@ -358,6 +366,18 @@ static int set_string(struct loader *l, const struct option_def *o, const char *
 		cfg->log_level = (log_level_t)lv;
 		return 0;
 	}
+	case OPT_LOG_FORMAT:
+		if (strcmp(val, "text") != 0 && strcmp(val, "json") != 0)
+			return fail(l, "%s: must be text or json", where);
+		cfg->log_json = strcmp(val, "json") == 0;
+		return 0;
+	case OPT_METRICS:
+		if (url_parse_listen(val, &cfg->metrics, msg, sizeof(msg)) < 0)
+			return fail(l, "%s: %s", where, msg);
+		if (cfg->metrics.kind != URL_TCP)
+			return fail(l, "%s: the metrics listener is tcp://HOST:PORT", where);
+		cfg->has_metrics = true;
+		return 0;
 	default:
 		if (o->type != T_INT)
 			abort();
@@ -750,9 +770,14 @@ void config_apply_reload(lb_config_t *live, lb_config_t *fresh, char *restart, s
 	NEEDS_RESTART(strcmp(live->prefix, fresh->prefix) != 0, "prefix");
 	NEEDS_RESTART(live->pool != fresh->pool, "pool");
 	NEEDS_RESTART(live->socket_mode != fresh->socket_mode, "socket-mode");
+	NEEDS_RESTART(live->has_metrics != fresh->has_metrics ||
+	                  (live->has_metrics && (live->metrics.port != fresh->metrics.port ||
+	                                         strcmp(live->metrics.host, fresh->metrics.host) != 0)),
+	              "metrics");
 #undef NEEDS_RESTART
 
 	live->log_level = fresh->log_level;
+	live->log_json = fresh->log_json;
 	live->default_ttl_ms = fresh->default_ttl_ms;
 	live->shutdown_grace_ms = fresh->shutdown_grace_ms;
 	live->max_line = fresh->max_line;

@@ -11,6 +11,7 @@
 #ifndef LB_BROKER_CONFIG_H
 #define LB_BROKER_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,9 @@ typedef struct lb_config {
 	int pool;                  /* Redis command connections, 1..64, default 4 */
 	size_t max_line;           /* 64..16777216, default 65536 */
 	log_level_t log_level;     /* default LOG_INFO */
+	bool log_json;             /* --log-format json */
+	bool has_metrics;          /* --metrics given */
+	listen_addr_t metrics;     /* tcp://HOST:PORT serving /metrics */
 	int64_t shutdown_grace_ms; /* 0..3600000, default 5000 */
 
 	/* Bounds that are not flags in DESIGN.md but may be set in the file. */

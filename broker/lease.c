@@ -16,6 +16,7 @@
 #include "broker/broker.h"
 #include "broker/lockscript.h"
 #include "broker/log.h"
+#include "broker/metrics.h"
 #include "broker/rpool.h"
 #include "broker/session.h"
 #include "broker/waitq.h"
@@ -209,6 +210,7 @@ void lease_lost(lease_t *l, const char *reason)
 	LOG(LOG_INFO, "msg=\"lease lost\" session=%s lease=%s reason=%s", s->name,
 	    log_token(l->token, tb), reason);
 	server.stats.lost_total++;
+	metrics_lost(reason);
 	session_send(s, resp_event_lost(l->token, (lb_str_t){l->lock, l->lock_len}, reason));
 	if (strcmp(reason, "gone") != 0)
 		lease_release_in_redis(l->lock, l->lock_len, l->token);

@@ -26,6 +26,7 @@
 #include "broker/lease.h"
 #include "broker/lockscript.h"
 #include "broker/log.h"
+#include "broker/metrics.h"
 #include "broker/rpool.h"
 #include "broker/session.h"
 #include "broker/waitq.h"
@@ -179,6 +180,7 @@ static void on_reentered(const redisReply *r, void *priv)
 		return;
 	}
 	l->count = count;
+	metrics_acquire(LB_OK, timers_now() - c->sent_at);
 	a = (resp_acquired_t){
 		.lease = l->token,
 		.lock = {l->lock, l->lock_len},

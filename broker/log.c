@@ -5,6 +5,7 @@
  */
 #include "broker/log.h"
 
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,8 +14,66 @@
 #include <unistd.h>
 
 log_level_t log_threshold = LOG_INFO;
+bool log_json;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+/* Turns "k=v k2=\"v 2\"" into members of obj; a quoted value ends at a
+ * quote followed by a space or the end. */
+static void kv_to_json(json_t *obj, char *p)
+{
+	while (*p) {
+		char *key, *val, *eq, *sp;
+		while (*p == ' ')
+			p++;
+		if (!*p)
+			break;
+		key = p;
+		eq = strchr(p, '=');
+		sp = strchr(p, ' ');
+		if (!eq || (sp && sp < eq)) {
+			/* Not key=value: keep the rest as one text member. */
+			json_object_set_new(obj, "text", json_string(key));
+			return;
+		}
+		*eq = '\0';
+		val = eq + 1;
+		if (*val == '"') {
+			char *end = ++val;
+			while (*end && !(end[0] == '"' && (end[1] == ' ' || end[1] == '\0')))
+				end++;
+			p = *end ? end + 1 : end;
+			*end = '\0';
+		} else {
+			char *end = strchr(val, ' ');
+			p = end ? end + 1 : val + strlen(val);
+			if (end)
+				*end = '\0';
+		}
+		json_object_set_new(obj, key, json_string(val));
+	}
+}
+
+static size_t format_json(char *line, size_t cap, const char *ts, const char *level, char *kv)
+{
+	json_t *obj = json_object();
+	char *out;
+	size_t n;
+
+	json_object_set_new(obj, "ts", json_string(ts));
+	json_object_set_new(obj, "level", json_string(level));
+	kv_to_json(obj, kv);
+	out = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(obj);
+	if (!out)
+		return 0;
+	n = strlen(out);
+	if (n > cap - 2)
+		n = cap - 2;
+	memcpy(line, out, n);
+	free(out);
+	return n;
+}
 
 void log_write(log_level_t level, const char *fmt, ...)
 {
@@ -39,6 +98,16 @@ void log_write(log_level_t level, const char *fmt, ...)
 	n += (size_t)w;
 	if (n > sizeof(line) - 2)
 		n = sizeof(line) - 2;
+	if (log_json) {
+		char ts[40], kv[sizeof(line)];
+		size_t head = strcspn(line, " ");
+		memcpy(ts, line, head < sizeof(ts) - 1 ? head : sizeof(ts) - 1);
+		ts[head < sizeof(ts) - 1 ? head : sizeof(ts) - 1] = '\0';
+		line[n] = '\0';
+		/* Past "TS level=LEVEL ": the caller's key=value pairs. */
+		snprintf(kv, sizeof(kv), "%s", line + head + 1 + strlen("level=") + strlen(level_names[level & 3]) + 1);
+		n = format_json(line, sizeof(line), ts, level_names[level & 3], kv);
+	}
 	line[n++] = '\n';
 	if (write(STDERR_FILENO, line, n) < 0) {
 		/* Nowhere left to report it. */

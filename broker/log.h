@@ -8,11 +8,13 @@
 #ifndef LB_BROKER_LOG_H
 #define LB_BROKER_LOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "broker/config.h"
 
 extern log_level_t log_threshold;
+extern bool log_json; /* one JSON object a line instead of key=value text */
 
 #if defined(__GNUC__)
 #define LB_PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -28,6 +28,7 @@
 
 #include "broker/htab.h"
 #include "broker/log.h"
+#include "broker/metrics.h"
 #include "broker/redis_uv.h"
 #include "broker/timers.h"
 
@@ -65,6 +66,7 @@ typedef struct rconn {
 } rconn_t;
 
 typedef struct rcmd {
+	uint64_t sent_ns; /* uv_hrtime at send: the round-trip histogram */
 	script_id_t script;
 	bool retried;
 	int argc;
@@ -456,6 +458,8 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 		reply = NULL;
 	}
 	P.pending--;
+	if (reply)
+		metrics_redis_rtt(uv_hrtime() - cmd->sent_ns);
 	cmd->fn(reply, cmd->priv);
 	rcmd_free(cmd);
 }
@@ -477,6 +481,7 @@ int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
 	snprintf(nkeys_buf, sizeof(nkeys_buf), "%d", nkeys);
 	bytes = sizeof(*cmd) + (size_t)n * (sizeof(char *) + sizeof(size_t)) + total + 41 + 16;
 	cmd = xmalloc(bytes);
+	cmd->sent_ns = uv_hrtime();
 	cmd->script = script;
 	cmd->retried = false;
 	cmd->argc = n;

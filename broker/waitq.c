@@ -32,6 +32,7 @@
 #include "broker/lockops.h"
 #include "broker/lockscript.h"
 #include "broker/log.h"
+#include "broker/metrics.h"
 #include "broker/rpool.h"
 #include "broker/session.h"
 #include "protocol/resp.h"
@@ -76,6 +77,7 @@ struct waiter {
 	bool pointer_set; /* detached: its token -> name pointer is stored */
 	timer_ent_t deadline;
 	uint64_t sent_at;
+	uint64_t created_at; /* for the acquire wait-time metric */
 
 	char *owner;
 	size_t owner_len;
@@ -228,6 +230,7 @@ static waiter_t *waiter_new(session_t *s, const json_t *id, const req_acquire_t 
 	waiter_t *w = xcalloc(1, sizeof(*w));
 
 	broker_random_hex(w->id, LEASE_TOKEN_LEN / 2);
+	w->created_at = timers_now();
 	w->s = s;
 	session_ref(s);
 	w->req_id = id ? json_incref((json_t *)id) : NULL;
@@ -312,19 +315,26 @@ static void set_done(waiter_t *w)
 	timer_cancel(&w->deadline);
 }
 
+/* Answers w's acquire with an error, and counts it. */
+static void answer_error(waiter_t *w, lb_err_t code, const char *message)
+{
+	metrics_acquire(code, timers_now() - w->created_at);
+	session_send_error(w->s, w->req_id, code, message);
+}
+
 /* The answer of a waiter that stopped wanting the lock. */
 static void answer_end(waiter_t *w)
 {
 	switch (w->end) {
 	case WEND_TIMEOUT:
 		server.stats.timeouts_total++;
-		session_send_error(w->s, w->req_id, LB_E_TIMEOUT, NULL);
+		answer_error(w, LB_E_TIMEOUT, NULL);
 		break;
 	case WEND_CANCELLED:
-		session_send_error(w->s, w->req_id, LB_E_CANCELLED, NULL);
+		answer_error(w, LB_E_CANCELLED, NULL);
 		break;
 	case WEND_SHUTDOWN:
-		session_send_error(w->s, w->req_id, LB_E_SHUTTING_DOWN, NULL);
+		answer_error(w, LB_E_SHUTTING_DOWN, NULL);
 		break;
 	case WEND_NONE:
 	case WEND_GONE:
@@ -386,6 +396,7 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, uint64_t s
 		              w->ttl_ms, ttl_granted, w->watchdog, w->max_hold_ms, sent_at);
 	LOG(LOG_DEBUG, "msg=\"acquired\" session=%s lease=%s fence=%" PRId64 "%s", s->name,
 	    log_token(w->id, tb), fence, w->detach ? " detached=1" : "");
+	metrics_acquire(LB_OK, timers_now() - w->created_at);
 	session_send(s, resp_acquired(w->req_id, &ans));
 
 	for (waiter_t *f = w->followers, *next; f; f = next) {
@@ -500,7 +511,7 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 			return;
 		}
 		if (w->end == WEND_NONE)
-			session_send_error(w->s, w->req_id, LB_E_UNAVAILABLE, "Redis did not answer the request");
+			answer_error(w, LB_E_UNAVAILABLE, "Redis did not answer the request");
 		else
 			answer_end(w);
 		w->state = W_QUEUED;
@@ -533,11 +544,11 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 		answer_end(w);
 	} else if (status == 0) {
 		server.stats.timeouts_total++;
-		session_send_error(w->s, w->req_id, LB_E_TIMEOUT, "the lock is busy");
+		answer_error(w, LB_E_TIMEOUT, "the lock is busy");
 	} else if (status == -1) {
-		session_send_error(w->s, w->req_id, LB_E_CONFLICT, NULL);
+		answer_error(w, LB_E_CONFLICT, NULL);
 	} else {
-		session_send_error(w->s, w->req_id, LB_E_LIMIT_EXCEEDED, "the lock's queue is full");
+		answer_error(w, LB_E_LIMIT_EXCEEDED, "the lock's queue is full");
 	}
 	finish_failed(w);
 }
@@ -550,7 +561,7 @@ static void on_pointer_stored(const redisReply *r, void *priv)
 	w->state = W_QUEUED;
 	if (rpool_reply_failed(r)) {
 		if (w->end == WEND_NONE)
-			session_send_error(w->s, w->req_id, LB_E_UNAVAILABLE, "Redis did not answer the request");
+			answer_error(w, LB_E_UNAVAILABLE, "Redis did not answer the request");
 		else
 			answer_end(w);
 		finish_failed(w);
@@ -606,7 +617,7 @@ static void waiter_send(waiter_t *w)
 		return;
 	}
 	if (w->end == WEND_NONE)
-		session_send_error(s, w->req_id, LB_E_UNAVAILABLE, "Redis is not reachable");
+		answer_error(w, LB_E_UNAVAILABLE, "Redis is not reachable");
 	else
 		answer_end(w);
 	finish_failed(w);
@@ -747,18 +758,22 @@ void waitq_acquire(session_t *s, const json_t *id, const req_acquire_t *a, int64
 	waiter_t *w;
 
 	if ((int64_t)s->nwaiters >= cfg->max_waiters_per_session) {
+		metrics_acquire(LB_E_LIMIT_EXCEEDED, 0);
 		session_send_error(s, id, LB_E_LIMIT_EXCEEDED, "too many pending acquires in this session");
 		return;
 	}
 	if ((int64_t)Q.count >= cfg->max_waiters) {
+		metrics_acquire(LB_E_LIMIT_EXCEEDED, 0);
 		session_send_error(s, id, LB_E_LIMIT_EXCEEDED, "too many pending acquires on this broker");
 		return;
 	}
 	if ((int64_t)(s->nleases + s->nwaiters) >= cfg->max_leases_per_session) {
+		metrics_acquire(LB_E_LIMIT_EXCEEDED, 0);
 		session_send_error(s, id, LB_E_LIMIT_EXCEEDED, "too many leases in this session");
 		return;
 	}
 	if (lead && lead->mode == LB_MODE_SHARED && a->mode == LB_MODE_EXCLUSIVE) {
+		metrics_acquire(LB_E_UPGRADE_UNSUPPORTED, 0);
 		session_send_error(s, id, LB_E_UPGRADE_UNSUPPORTED, NULL);
 		return;
 	}

@@ -15,6 +15,7 @@
 #include "broker/lease.h"
 #include "broker/lockscript.h"
 #include "broker/log.h"
+#include "broker/metrics.h"
 #include "broker/rpool.h"
 
 struct renewal {
@@ -58,6 +59,7 @@ static void on_renewed(const redisReply *reply, void *priv)
 	if (!l)
 		goto out; /* released or lost meanwhile */
 	l->renewing = false;
+	metrics_renewal(!rpool_reply_failed(reply) && reply->type == REDIS_REPLY_INTEGER);
 	if (rpool_reply_failed(reply) || reply->type != REDIS_REPLY_INTEGER) {
 		char tb[LOG_TOKEN_LEN];
 		LOG(LOG_WARN, "msg=\"renewal failed\" lease=%s err=\"%.200s\"", log_token(l->token, tb),

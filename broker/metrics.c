@@ -1,0 +1,363 @@
+/*
+ * metrics.c - see metrics.h.
+ *
+ * Each scrape connection (mconn_t) owns its handle and a small request
+ * buffer; it is freed in the handle's close callback. A request larger
+ * than MAX_REQUEST or slower than REQUEST_TIMEOUT_MS is dropped, and at
+ * most MAX_CONNS scrapes are served at once, so the endpoint cannot grow
+ * the broker's memory or hold its resources.
+ */
+#include "broker/metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker/broker.h"
+#include "broker/log.h"
+#include "broker/rpool.h"
+#include "broker/timers.h"
+#include "broker/waitq.h"
+
+#define MAX_REQUEST 8192
+#define MAX_CONNS 64
+#define REQUEST_TIMEOUT_MS 5000
+
+/* ---- what is counted ----------------------------------------------------- */
+
+static const double rtt_bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                    0.01, 0.025, 0.05, 0.1, 0.25, 1};
+static const double wait_bounds[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300};
+#define NBOUNDS 12
+
+typedef struct histogram {
+	uint64_t buckets[NBOUNDS]; /* not cumulative; summed when written */
+	uint64_t count;
+	double sum;
+} histogram_t;
+
+static const char *const lost_reasons[] = {"expired", "gone", "redis_unavailable", "max_hold"};
+#define NLOST 4
+
+static struct {
+	uint64_t acquires[LB_E__COUNT]; /* by result; LB_OK = granted */
+	uint64_t lost[NLOST];
+	uint64_t renewals_ok, renewals_failed;
+	histogram_t rtt;  /* seconds */
+	histogram_t wait; /* seconds */
+} M;
+
+static void observe(histogram_t *h, const double *bounds, double v)
+{
+	for (int k = 0; k < NBOUNDS; k++) {
+		if (v <= bounds[k]) {
+			h->buckets[k]++;
+			break;
+		}
+	}
+	h->count++;
+	h->sum += v;
+}
+
+void metrics_acquire(lb_err_t result, uint64_t waited_ms)
+{
+	if ((int)result < 0 || result >= LB_E__COUNT)
+		result = LB_E_INTERNAL;
+	M.acquires[result]++;
+	observe(&M.wait, wait_bounds, (double)waited_ms / 1000.0);
+}
+
+void metrics_lost(const char *reason)
+{
+	for (int k = 0; k < NLOST; k++) {
+		if (strcmp(reason, lost_reasons[k]) == 0)
+			M.lost[k]++;
+	}
+}
+
+void metrics_renewal(bool ok)
+{
+	if (ok)
+		M.renewals_ok++;
+	else
+		M.renewals_failed++;
+}
+
+void metrics_redis_rtt(uint64_t ns)
+{
+	observe(&M.rtt, rtt_bounds, (double)ns / 1e9);
+}
+
+/* ---- the text ------------------------------------------------------------- */
+
+typedef struct text {
+	char *buf;
+	size_t len, cap;
+} text_t;
+
+static void put(text_t *t, const char *fmt, ...) LB_PRINTF(2, 3);
+
+static void put(text_t *t, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+		va_end(ap);
+		if (n >= 0 && (size_t)n < t->cap - t->len) {
+			t->len += (size_t)n;
+			return;
+		}
+		t->cap = t->cap * 2 + (size_t)(n > 0 ? n : 0);
+		t->buf = xrealloc(t->buf, t->cap);
+	}
+}
+
+static void metric(text_t *t, const char *name, const char *type, const char *help)
+{
+	put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void put_histogram(text_t *t, const char *name, const char *help, const histogram_t *h,
+                          const double *bounds)
+{
+	uint64_t cum = 0;
+
+	metric(t, name, "histogram", help);
+	for (int k = 0; k < NBOUNDS; k++) {
+		cum += h->buckets[k];
+		put(t, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[k], (unsigned long long)cum);
+	}
+	put(t, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
+	put(t, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
+}
+
+static char *render(size_t *len)
+{
+	text_t t = {xmalloc(4096), 0, 4096};
+
+	metric(&t, "lockbroker_up", "gauge", "1 while the broker runs.");
+	put(&t, "lockbroker_up 1\n");
+	metric(&t, "lockbroker_redis_up", "gauge", "1 when a Redis connection is ready.");
+	put(&t, "lockbroker_redis_up %d\n", rpool_up() ? 1 : 0);
+	metric(&t, "lockbroker_uptime_seconds", "gauge", "Seconds since the broker started.");
+	put(&t, "lockbroker_uptime_seconds %llu\n",
+	    (unsigned long long)((timers_now() - server.started_ms) / 1000));
+	metric(&t, "lockbroker_connections", "gauge", "Client connections open.");
+	put(&t, "lockbroker_connections %zu\n", server.nconnections);
+	metric(&t, "lockbroker_sessions", "gauge", "Client sessions open.");
+	put(&t, "lockbroker_sessions %zu\n", server.nsessions);
+	metric(&t, "lockbroker_leases", "gauge", "Leases held by this broker's sessions (detached ones not included).");
+	put(&t, "lockbroker_leases %zu\n", server.nleases);
+	metric(&t, "lockbroker_waiters", "gauge", "Acquires pending on this broker.");
+	put(&t, "lockbroker_waiters %zu\n", waitq_count());
+
+	metric(&t, "lockbroker_acquires_total", "counter", "Acquires answered, by result (ok or the error code).");
+	for (int k = 0; k < LB_E__COUNT; k++) {
+		if (k == LB_OK || M.acquires[k])
+			put(&t, "lockbroker_acquires_total{result=\"%s\"} %llu\n",
+			    k == LB_OK ? "ok" : lb_err_code((lb_err_t)k), (unsigned long long)M.acquires[k]);
+	}
+	metric(&t, "lockbroker_releases_total", "counter", "Leases released (by their holder or their session's end).");
+	put(&t, "lockbroker_releases_total %llu\n", (unsigned long long)server.stats.released_total);
+	metric(&t, "lockbroker_timeouts_total", "counter", "Acquires answered timeout.");
+	put(&t, "lockbroker_timeouts_total %llu\n", (unsigned long long)server.stats.timeouts_total);
+	metric(&t, "lockbroker_lost_total", "counter", "Leases reported lost, by reason.");
+	for (int k = 0; k < NLOST; k++)
+		put(&t, "lockbroker_lost_total{reason=\"%s\"} %llu\n", lost_reasons[k],
+		    (unsigned long long)M.lost[k]);
+	metric(&t, "lockbroker_renewals_total", "counter", "Watchdog renewals, by result.");
+	put(&t, "lockbroker_renewals_total{result=\"ok\"} %llu\n", (unsigned long long)M.renewals_ok);
+	put(&t, "lockbroker_renewals_total{result=\"failed\"} %llu\n", (unsigned long long)M.renewals_failed);
+	put_histogram(&t, "lockbroker_redis_rtt_seconds", "Round trip of Redis commands.", &M.rtt, rtt_bounds);
+	put_histogram(&t, "lockbroker_acquire_wait_seconds", "Time from an acquire request to its answer.",
+	              &M.wait, wait_bounds);
+	*len = t.len;
+	return t.buf;
+}
+
+/* ---- the listener --------------------------------------------------------- */
+
+typedef struct mconn {
+	uv_tcp_t tcp; /* first: the handle gives back the connection */
+	struct mconn *prev, *next; /* L.conns */
+	uv_write_t wreq;
+	timer_ent_t timeout;
+	char req[MAX_REQUEST];
+	size_t len;
+	char *resp; /* owned while written */
+	bool answered;
+} mconn_t;
+
+static struct {
+	uv_tcp_t listener;
+	bool open;
+	size_t nconns;
+	mconn_t *conns;
+} L;
+
+static void on_conn_closed(uv_handle_t *h)
+{
+	mconn_t *c = (mconn_t *)h;
+
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		L.conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	free(c->resp);
+	free(c);
+	L.nconns--;
+}
+
+static void conn_close(mconn_t *c)
+{
+	timer_cancel(&c->timeout);
+	if (!uv_is_closing((uv_handle_t *)&c->tcp))
+		uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+static void on_timeout(timer_ent_t *t)
+{
+	conn_close((mconn_t *)((char *)t - offsetof(mconn_t, timeout)));
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+	(void)status;
+	conn_close((mconn_t *)req->handle);
+}
+
+static void respond(mconn_t *c, const char *status, const char *type, const char *body, size_t blen)
+{
+	size_t hlen;
+	uv_buf_t buf;
+	char head[256];
+
+	c->answered = true;
+	uv_read_stop((uv_stream_t *)&c->tcp);
+	hlen = (size_t)snprintf(head, sizeof(head),
+	                        "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+	                        "Connection: close\r\n\r\n",
+	                        status, type, blen);
+	c->resp = xmalloc(hlen + blen);
+	memcpy(c->resp, head, hlen);
+	memcpy(c->resp + hlen, body, blen);
+	buf = uv_buf_init(c->resp, (unsigned)(hlen + blen));
+	if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &buf, 1, on_written) != 0)
+		conn_close(c);
+}
+
+static void answer(mconn_t *c)
+{
+	char method[16] = "", path[256] = "";
+
+	if (sscanf(c->req, "%15s %255s", method, path) != 2) {
+		respond(c, "400 Bad Request", "text/plain", "bad request\n", 12);
+		return;
+	}
+	if (strcmp(path, "/metrics") != 0 && strncmp(path, "/metrics?", 9) != 0) {
+		respond(c, "404 Not Found", "text/plain", "not found: try /metrics\n", 24);
+		return;
+	}
+	if (strcmp(method, "GET") != 0) {
+		respond(c, "405 Method Not Allowed", "text/plain", "only GET\n", 9);
+		return;
+	}
+	{
+		size_t len;
+		char *body = render(&len);
+		respond(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body, len);
+		free(body);
+	}
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	mconn_t *c = (mconn_t *)h;
+
+	(void)suggested;
+	*buf = uv_buf_init(c->req + c->len, (unsigned)(MAX_REQUEST - 1 - c->len));
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+	mconn_t *c = (mconn_t *)s;
+
+	(void)buf;
+	if (nread < 0) {
+		conn_close(c);
+		return;
+	}
+	if (c->answered)
+		return;
+	c->len += (size_t)nread;
+	c->req[c->len] = '\0';
+	if (strstr(c->req, "\r\n\r\n") || strstr(c->req, "\n\n")) {
+		answer(c);
+		return;
+	}
+	if (c->len >= MAX_REQUEST - 1)
+		respond(c, "431 Request Header Fields Too Large", "text/plain", "too large\n", 10);
+}
+
+static void on_connection(uv_stream_t *server_stream, int status)
+{
+	mconn_t *c;
+
+	if (status < 0)
+		return;
+	c = xcalloc(1, sizeof(*c));
+	uv_tcp_init(server_stream->loop, &c->tcp);
+	L.nconns++;
+	c->next = L.conns;
+	if (L.conns)
+		L.conns->prev = c;
+	L.conns = c;
+	timer_init(&c->timeout, on_timeout);
+	if (uv_accept(server_stream, (uv_stream_t *)&c->tcp) != 0 || L.nconns > MAX_CONNS) {
+		conn_close(c);
+		return;
+	}
+	timer_at(&c->timeout, timers_now() + REQUEST_TIMEOUT_MS);
+	uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+int metrics_listen(uv_loop_t *loop, const listen_addr_t *addr)
+{
+	struct sockaddr_storage ss;
+	int rc;
+
+	if (uv_ip4_addr(addr->host, addr->port, (struct sockaddr_in *)&ss) != 0 &&
+	    uv_ip6_addr(addr->host, addr->port, (struct sockaddr_in6 *)&ss) != 0) {
+		LOG(LOG_ERROR, "msg=\"metrics listener needs a numeric IP address\" host=\"%s\"", addr->host);
+		return -1;
+	}
+	uv_tcp_init(loop, &L.listener);
+	L.open = true;
+	rc = uv_tcp_bind(&L.listener, (struct sockaddr *)&ss, 0);
+	if (rc == 0)
+		rc = uv_listen((uv_stream_t *)&L.listener, 64, on_connection);
+	if (rc != 0) {
+		LOG(LOG_ERROR, "msg=\"cannot listen for metrics\" host=\"%s\" port=%d err=\"%s\"", addr->host,
+		    addr->port, uv_strerror(rc));
+		metrics_close();
+		return -1;
+	}
+	LOG(LOG_INFO, "msg=\"metrics listening\" url=\"http://%s:%d/metrics\"", addr->host, addr->port);
+	return 0;
+}
+
+void metrics_close(void)
+{
+	if (!L.open)
+		return;
+	L.open = false;
+	uv_close((uv_handle_t *)&L.listener, NULL);
+	for (mconn_t *c = L.conns; c; c = c->next)
+		conn_close(c);
+}
