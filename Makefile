@@ -7,6 +7,9 @@
 PREFIX  ?= /usr/local
 DESTDIR ?=
 BINDIR  := $(PREFIX)/bin
+SYSCONFDIR  ?= /etc
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 
 CC      ?= cc
 PKGS    := libuv hiredis jansson
@@ -103,9 +106,17 @@ unit: build/san/unit_tests
 integration: build/san/lockbrokerd build/san/integration_tests
 	$(TEST_ENV) build/san/integration_tests
 
+# Binaries, the systemd unit (paths filled in), its user, and an example
+# config that never overwrites an existing one.
 install: build/lockbrokerd $(LOCKCTL_BIN)
-	install -d $(DESTDIR)$(BINDIR)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
+	           $(DESTDIR)$(SYSCONFDIR)/lockbroker
 	install -m 0755 build/lockbrokerd $(LOCKCTL_BIN) $(DESTDIR)$(BINDIR)/
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+	    deploy/lockbroker.service.in > $(DESTDIR)$(UNITDIR)/lockbroker.service
+	install -m 0644 deploy/lockbroker.sysusers $(DESTDIR)$(SYSUSERSDIR)/lockbroker.conf
+	test -e $(DESTDIR)$(SYSCONFDIR)/lockbroker/lockbroker.json || \
+	    install -m 0644 deploy/lockbroker.json $(DESTDIR)$(SYSCONFDIR)/lockbroker/lockbroker.json
 
 clean:
 	rm -rf build
