@@ -74,6 +74,7 @@ struct waiter {
 	waiter_state_t state;
 	waiter_end_t end;
 	bool unsent;
+	bool pending;     /* counted in Q.pending: wants the lock, unanswered */
 	bool pointer_set; /* detached: its token -> name pointer is stored */
 	timer_ent_t deadline;
 	uint64_t sent_at;
@@ -105,7 +106,8 @@ static struct {
 	htab_t by_id;
 	htab_t by_holder;
 	htab_t locks;
-	size_t count;
+	size_t count;   /* waiters in memory (the bound --max-waiters applies to) */
+	size_t pending; /* of those, the ones still wanting the lock (stats) */
 } Q;
 
 static void waiter_send(waiter_t *w);
@@ -225,6 +227,14 @@ static waiter_t *leader_find(const session_t *s, const lb_str_t *lock, const lb_
 
 static void on_deadline(timer_ent_t *t);
 
+/* w no longer wants the lock (answered, ended): out of stats' count. */
+static void unpend(waiter_t *w)
+{
+	if (w->pending)
+		Q.pending--;
+	w->pending = false;
+}
+
 static waiter_t *waiter_new(session_t *s, const json_t *id, const req_acquire_t *a, int64_t ttl_ms)
 {
 	waiter_t *w = xcalloc(1, sizeof(*w));
@@ -260,6 +270,8 @@ static waiter_t *waiter_new(session_t *s, const json_t *id, const req_acquire_t 
 	s->waiters = w;
 	s->nwaiters++;
 	Q.count++;
+	Q.pending++;
+	w->pending = true;
 
 	timer_init(&w->deadline, on_deadline);
 	if (a->wait_ms > 0)
@@ -273,6 +285,7 @@ static void waiter_free(waiter_t *w)
 	session_t *s = w->s;
 
 	timer_cancel(&w->deadline);
+	unpend(w);
 	holder_index_remove(w);
 	htab_remove(&Q.by_id, &w->by_id);
 
@@ -311,6 +324,7 @@ static void waiter_free(waiter_t *w)
 static void set_done(waiter_t *w)
 {
 	w->state = W_DONE;
+	unpend(w);
 	holder_index_remove(w);
 	timer_cancel(&w->deadline);
 }
@@ -456,6 +470,7 @@ static void end_waiter(waiter_t *w, waiter_end_t why)
 	if (w->end != WEND_NONE || w->state == W_DONE)
 		return;
 	w->end = why;
+	unpend(w);
 	switch (w->state) {
 	case W_CHAINED: {
 		waiter_t **pp = &w->leader->followers;
@@ -862,7 +877,7 @@ void waitq_on_subscribed(void)
 
 size_t waitq_count(void)
 {
-	return Q.count;
+	return Q.pending;
 }
 
 void waitq_free(void)

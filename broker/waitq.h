@@ -49,7 +49,7 @@ void waitq_on_subscribed(void);
 void waitq_take_grants(const char *lock, size_t lock_len, const redisReply *r, size_t from,
                        uint64_t sent_at);
 
-/* Pending acquires on this broker. */
+/* Pending acquires on this broker: not yet answered, not ended. */
 size_t waitq_count(void);
 /* Frees the tables at exit; every waiter must be gone. */
 void waitq_free(void);

@@ -1,0 +1,719 @@
+/*
+ * main.c - lockctl, the command-line client of lockbrokerd: option parsing,
+ * the usage text (the reference for exit statuses), and the one-request
+ * subcommands (acquire --detach, release, extend, inspect, stats, ping).
+ * `run` lives in run.c.
+ *
+ * Every path frees what it allocated before returning its exit status, so
+ * LeakSanitizer stays quiet in the test build. Errors are one line on
+ * stderr; secrets (the auth secret) are never printed, lease tokens only
+ * where asked for (acquire's output).
+ */
+#include "cmd/lockctl/lockctl.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "broker/version.h"
+
+static const char usage_text[] =
+"Usage: lockctl [GLOBAL OPTIONS] COMMAND [ARGS]\n"
+"\n"
+"Command-line client of lockbrokerd, the lock broker that keeps distributed\n"
+"locks in Redis.\n"
+"\n"
+"Commands:\n"
+"  run [LOCK OPTIONS] [--kill-after DURATION] NAME [--] COMMAND [ARGS...]\n"
+"      Acquire the lock NAME, run COMMAND with the lock's fencing token in\n"
+"      the environment variable LOCKBROKER_FENCE, keep the lease alive while\n"
+"      COMMAND runs, release it when COMMAND exits, and exit with COMMAND's\n"
+"      status. If the lease is lost (expired, gone from Redis, --max-hold\n"
+"      reached, connection to the broker lost), COMMAND gets SIGTERM, then\n"
+"      SIGKILL after --kill-after (default 5s), and lockctl exits 75.\n"
+"      SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to lockctl\n"
+"      are forwarded to COMMAND; before the lock is granted they make\n"
+"      lockctl give up and exit 128+N. COMMAND leads its own process group\n"
+"      and signals go to the whole group, so a lost lease stops COMMAND's\n"
+"      children too; but when lockctl runs in the foreground of a terminal,\n"
+"      COMMAND shares its group (it needs the terminal) and only COMMAND\n"
+"      itself is signalled. If lockctl itself dies, COMMAND gets SIGTERM\n"
+"      (Linux). The lease token is never put in the environment.\n"
+"  acquire --detach [LOCK OPTIONS] NAME\n"
+"      Acquire a detached lease, which outlives lockctl and ends only by\n"
+"      release, by its TTL (unless extended) or by --max-hold, and print its\n"
+"      token. Keep the token secret: it is the right to release the lease.\n"
+"  release TOKEN\n"
+"      Release a lease (one reentrancy level).\n"
+"  extend --ttl DURATION TOKEN\n"
+"      Set a lease's remaining lifetime to DURATION.\n"
+"  inspect NAME\n"
+"      Show a lock's state, holders, waiters and last fencing token.\n"
+"  stats\n"
+"      Show the broker's counters.\n"
+"  ping\n"
+"      Check that the broker answers.\n"
+"\n"
+"Global options (before COMMAND; every command but run also takes them\n"
+"after its name):\n"
+"  --broker URL         tcp://HOST:PORT or unix:///PATH. Default:\n"
+"                       $LOCKBROKER_URL, else\n"
+"                       unix:///run/lockbroker/lockbroker.sock if it exists,\n"
+"                       else tcp://127.0.0.1:7380\n"
+"  --auth-file FILE     say hello with FILE's content, minus one trailing \\n\n"
+"                       or \\r\\n, as the broker's shared secret\n"
+"  --json               print the broker's JSON answer (one line) instead of\n"
+"                       text, also when it is an error; run ignores it\n"
+"  --timeout DURATION   limit on connecting and on each answer other than\n"
+"                       the grant of a lock (default 10s)\n"
+"  -h, --help           print this text\n"
+"  -V, --version        print the version\n"
+"\n"
+"Lock options (run, acquire; before or after NAME):\n"
+"  --shared             shared mode: shared holders coexist (readers)\n"
+"  --limit N            a semaphore with N permits (1..1000000);\n"
+"                       not with --shared\n"
+"  --wait DURATION      give up after DURATION (exit 74)\n"
+"  --no-wait            do not wait: fail at once if the lock is busy\n"
+"                       (exit 73). Default: wait until granted.\n"
+"  --ttl DURATION       lease TTL in Redis, 100ms..24h (default: the\n"
+"                       broker's, 30s); run's lease is renewed every TTL/3\n"
+"  --max-hold DURATION  end the lease this long after its grant, however\n"
+"                       often renewed, 100ms..24h\n"
+"  --kill-after DURATION  (run) SIGTERM to SIGKILL grace when the lease is\n"
+"                       lost (default 5s)\n"
+"\n"
+"Durations are a number and a unit: 500ms, 30s, 1.5s, 5m, 1h. A number\n"
+"without a unit is rejected (seconds or milliseconds?), except 0.\n"
+"Options take their value as the next argument or after '=' (--wait=5s).\n"
+"\n"
+"Output: acquire prints the lease token alone on a line; release, extend,\n"
+"inspect, stats and ping print short text. Errors go to stderr, one line.\n"
+"\n"
+"Exit status:\n"
+"  0      success; for run, COMMAND's own exit status\n"
+"  128+N  run: COMMAND was killed by signal N, or lockctl got signal N\n"
+"         while it waited for the lock\n"
+"  64     usage error: bad option, bad duration, unreadable --auth-file\n"
+"  69     broker unavailable: cannot connect, connection lost, no answer in\n"
+"         time, Redis down (unavailable), broker stopping (shutting_down)\n"
+"  70     internal error: bad answer from the broker, fork failed\n"
+"  73     lock busy: held elsewhere and --no-wait (or --wait 0)\n"
+"  74     timeout: --wait ran out before the lock was granted\n"
+"  75     run: the lease was lost while COMMAND ran; COMMAND was stopped\n"
+"  76     the broker refused the request: not_held (unknown, released or\n"
+"         expired lease), conflict, unauthorized, limit_exceeded, ...\n"
+"  126    run: COMMAND could not be executed\n"
+"  127    run: COMMAND was not found\n"
+"\n"
+"Examples:\n"
+"  lockctl run --no-wait nightly-report -- ./report.sh --full\n"
+"  lockctl --broker unix:///run/lockbroker/lockbroker.sock run --shared \\\n"
+"      --wait 30s config -- cat /etc/app.conf\n"
+"  t=$(lockctl acquire --detach --ttl 10m deploy) && ... && lockctl release \"$t\"\n"
+"  lockctl --json inspect deploy\n"
+"\n"
+"Environment: LOCKBROKER_URL (the broker when --broker is not given);\n"
+"LOCKBROKER_FENCE (set for COMMAND by run).\n";
+
+static int usage_error(const char *fmt, const char *arg)
+{
+	char ab[LC_MASK_BUF];
+	char msg[256];
+
+	snprintf(msg, sizeof(msg), fmt, arg ? lc_masked(arg, ab) : "");
+	lc_err("%s (see lockctl --help)", msg);
+	return LC_EXIT_USAGE;
+}
+
+/* ---- options ------------------------------------------------------------ */
+
+/* One "--name", "--name VALUE" or "--name=VALUE" at argv[*i]. */
+typedef struct opt {
+	const char *name; /* without "--" (or "-h" for short ones) */
+	const char *val;  /* NULL when the option takes none */
+} opt_t;
+
+/* Splits argv[*i] into name and inline value; takes the next argument as
+ * the value when needs_val and there is no inline one. Returns 0 or a
+ * usage status. */
+static int opt_value(int argc, char **argv, int *i, const char *inline_val,
+                     const char *name, const char **val)
+{
+	if (inline_val) {
+		*val = inline_val;
+		return 0;
+	}
+	if (*i + 1 >= argc)
+		return usage_error("option --%s needs a value", name);
+	*val = argv[++*i];
+	return 0;
+}
+
+static int read_auth_file(const char *path, char **out)
+{
+	char pb[LC_MASK_BUF];
+	FILE *f = fopen(path, "rb");
+	char *buf;
+	size_t n;
+	json_t *probe;
+
+	if (f == NULL) {
+		lc_err("cannot read --auth-file %s: %s", lc_masked(path, pb), strerror(errno));
+		return LC_EXIT_USAGE;
+	}
+	buf = xmalloc(65537);
+	n = fread(buf, 1, 65537, f);
+	if (ferror(f) || n > 65536) {
+		lc_err("cannot read --auth-file %s: %s", lc_masked(path, pb),
+		       ferror(f) ? "read error" : "larger than 64 KiB");
+		fclose(f);
+		free(buf);
+		return LC_EXIT_USAGE;
+	}
+	fclose(f);
+	if (n > 0 && buf[n - 1] == '\n') {
+		n--;
+		if (n > 0 && buf[n - 1] == '\r')
+			n--;
+	}
+	buf[n] = '\0';
+	probe = json_stringn(buf, n); /* NULL: not UTF-8, or a NUL inside */
+	if (probe == NULL || strlen(buf) != n) {
+		json_decref(probe);
+		lc_err("--auth-file %s: the secret is not UTF-8 text", lc_masked(path, pb));
+		free(buf);
+		return LC_EXIT_USAGE;
+	}
+	json_decref(probe);
+	free(*out);
+	*out = buf;
+	return 0;
+}
+
+/* Tries argv[*i] as a global option. Returns 1 consumed, 0 not a global
+ * option, or a usage status (> 1). */
+static int global_opt(lc_global_t *g, int argc, char **argv, int *i)
+{
+	const char *a = argv[*i], *val = NULL, *eq;
+	char name[32];
+	int r;
+
+	if (strcmp(a, "--json") == 0) {
+		g->json = true;
+		return 1;
+	}
+	if (strncmp(a, "--", 2) != 0)
+		return 0;
+	eq = strchr(a, '=');
+	snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - a - 2) : (int)strlen(a + 2), a + 2);
+	if (strcmp(name, "broker") != 0 && strcmp(name, "auth-file") != 0 &&
+	    strcmp(name, "timeout") != 0)
+		return 0;
+	if ((r = opt_value(argc, argv, i, eq ? eq + 1 : NULL, name, &val)) != 0)
+		return r;
+	if (strcmp(name, "broker") == 0) {
+		g->url = val;
+	} else if (strcmp(name, "auth-file") == 0) {
+		if ((r = read_auth_file(val, &g->auth)) != 0)
+			return r;
+	} else {
+		if (lc_parse_duration(val, &g->timeout_ms) < 0 || g->timeout_ms == 0)
+			return usage_error("bad --timeout %s (want e.g. 500ms, 10s, 1m)", val);
+	}
+	return 1;
+}
+
+/* Lock options of run and acquire at argv[*i]. Returns 1 consumed, 0 not
+ * one, or a usage status. */
+static int lock_opt(lc_lock_opts_t *o, bool run, int argc, char **argv, int *i)
+{
+	const char *a = argv[*i], *val = NULL, *eq;
+	char name[32];
+	int r;
+
+	if (strncmp(a, "--", 2) != 0)
+		return 0;
+	eq = strchr(a, '=');
+	snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - a - 2) : (int)strlen(a + 2), a + 2);
+	if (strcmp(name, "shared") == 0 || strcmp(name, "no-wait") == 0 ||
+	    strcmp(name, "detach") == 0) {
+		if (eq)
+			return usage_error("option --%s takes no value", name);
+		if (name[0] == 's')
+			o->shared = true;
+		else if (name[0] == 'n')
+			o->wait_ms = 0;
+		else if (!run)
+			o->detach = true;
+		else
+			return usage_error("run takes no --detach%s", NULL);
+		return 1;
+	}
+	if (strcmp(name, "limit") != 0 && strcmp(name, "wait") != 0 &&
+	    strcmp(name, "ttl") != 0 && strcmp(name, "max-hold") != 0 &&
+	    !(run && strcmp(name, "kill-after") == 0))
+		return 0;
+	if ((r = opt_value(argc, argv, i, eq ? eq + 1 : NULL, name, &val)) != 0)
+		return r;
+	if (strcmp(name, "limit") == 0) {
+		if (lc_parse_int(val, 1, 1000000, &o->limit) < 0)
+			return usage_error("bad --limit %s (want an integer 1..1000000)", val);
+	} else if (strcmp(name, "wait") == 0) {
+		if (lc_parse_duration(val, &o->wait_ms) < 0)
+			return usage_error("bad --wait %s (want a duration: 500ms, 30s, 5m, 1h)", val);
+	} else if (strcmp(name, "kill-after") == 0) {
+		if (lc_parse_duration(val, &o->kill_after_ms) < 0)
+			return usage_error("bad --kill-after %s (want a duration: 500ms, 5s)", val);
+	} else {
+		int64_t *dst = name[0] == 't' ? &o->ttl_ms : &o->max_hold_ms;
+		if (lc_parse_duration(val, dst) < 0 || *dst < 100 || *dst > 86400000) {
+			char m[96];
+			snprintf(m, sizeof(m), "bad --%s %%s (want a duration, 100ms..24h)", name);
+			return usage_error(m, val);
+		}
+	}
+	return 1;
+}
+
+json_t *lc_acquire_req(const lc_lock_opts_t *o)
+{
+	json_t *req = json_pack("{s:s, s:s}", "op", "acquire", "lock", o->name);
+
+	REQUIRE(req != NULL);
+	if (o->shared)
+		json_object_set_new(req, "mode", json_string("shared"));
+	if (o->limit > 0)
+		json_object_set_new(req, "limit", json_integer(o->limit));
+	if (o->ttl_ms >= 0)
+		json_object_set_new(req, "ttl_ms", json_integer(o->ttl_ms));
+	if (o->wait_ms >= 0)
+		json_object_set_new(req, "wait_ms", json_integer(o->wait_ms));
+	if (o->max_hold_ms >= 0)
+		json_object_set_new(req, "max_hold_ms", json_integer(o->max_hold_ms));
+	if (o->detach)
+		json_object_set_new(req, "detach", json_true());
+	return req;
+}
+
+int lc_acquire_error(const lc_lock_opts_t *o, const json_t *resp)
+{
+	const char *code = NULL;
+	char nb[LC_MASK_BUF];
+
+	json_unpack((json_t *)resp, "{s:{s:s}}", "error", "code", &code);
+	if (code && strcmp(code, "timeout") == 0 && o->wait_ms == 0) {
+		lc_err("lock \"%s\" is busy", lc_masked(o->name, nb));
+		return LC_EXIT_BUSY;
+	}
+	if (code && strcmp(code, "timeout") == 0) {
+		lc_err("timed out after %" PRId64 " ms waiting for lock \"%s\"", o->wait_ms,
+		       lc_masked(o->name, nb));
+		return LC_EXIT_TIMEOUT;
+	}
+	return lc_broker_error("acquire", resp, o->wait_ms);
+}
+
+int lc_connect(const lc_global_t *g, lc_conn_t *c)
+{
+	int r = conn_open(c, g->url, g->timeout_ms);
+
+	if (r == 0)
+		r = conn_hello(c, g->auth, g->timeout_ms);
+	return r;
+}
+
+/* ---- one-request subcommands ------------------------------------------- */
+
+/* Sends req (taken) on a new session and returns the answer. In --json
+ * mode the answer line is printed whatever it says. Returns 0 with *resp
+ * when ok: true, else the exit status (printed). lock: the options of an
+ * acquire, else NULL. */
+static int one_request(const lc_global_t *g, json_t *req, const char *what,
+                       const lc_lock_opts_t *lock, int64_t answer_timeout_ms, json_t **resp)
+{
+	lc_conn_t c;
+	char *raw = NULL;
+	int r = lc_connect(g, &c);
+
+	*resp = NULL;
+	if (r != 0) {
+		json_decref(req);
+		conn_close(&c);
+		return r;
+	}
+	r = conn_call(&c, req, answer_timeout_ms, what, resp, &raw);
+	conn_close(&c);
+	if (r != 0)
+		return r;
+	if (g->json)
+		printf("%s\n", raw);
+	free(raw);
+	if (!json_is_true(json_object_get(*resp, "ok"))) {
+		r = lock ? lc_acquire_error(lock, *resp) : lc_broker_error(what, *resp, -1);
+		json_decref(*resp);
+		*resp = NULL;
+	}
+	return r;
+}
+
+static int cmd_acquire(const lc_global_t *g, const lc_lock_opts_t *o)
+{
+	json_t *resp;
+	const char *lease;
+	int64_t tmo = o->wait_ms < 0 ? -1 : o->wait_ms + g->timeout_ms;
+	int r = one_request(g, lc_acquire_req(o), "acquire", o, tmo, &resp);
+
+	if (r != 0)
+		return r;
+	if (json_unpack(resp, "{s:s}", "lease", &lease) < 0) {
+		lc_err("acquire: the answer has no lease");
+		json_decref(resp);
+		return LC_EXIT_INTERNAL;
+	}
+	if (!g->json)
+		printf("%s\n", lease);
+	json_decref(resp);
+	return 0;
+}
+
+static int cmd_release(const lc_global_t *g, const char *token)
+{
+	json_t *resp;
+	int r = one_request(g, json_pack("{s:s, s:s}", "op", "release", "lease", token),
+	                    "release", NULL, g->timeout_ms, &resp);
+
+	if (r != 0)
+		return r;
+	if (!g->json) {
+		json_int_t count = json_integer_value(json_object_get(resp, "count"));
+		if (count == 0)
+			printf("released\n");
+		else
+			printf("released one level; the lease is still held (count %" JSON_INTEGER_FORMAT ")\n",
+			       count);
+	}
+	json_decref(resp);
+	return 0;
+}
+
+static int cmd_extend(const lc_global_t *g, const char *token, int64_t ttl_ms)
+{
+	json_t *resp;
+	int r = one_request(g, json_pack("{s:s, s:s, s:I}", "op", "extend", "lease", token,
+	                                 "ttl_ms", (json_int_t)ttl_ms),
+	                    "extend", NULL, g->timeout_ms, &resp);
+
+	if (r != 0)
+		return r;
+	if (!g->json)
+		printf("extended: the lease now ends in %" JSON_INTEGER_FORMAT " ms\n",
+		       json_integer_value(json_object_get(resp, "ttl_ms")));
+	json_decref(resp);
+	return 0;
+}
+
+/* A JSON value as text: strings masked, others compact JSON. */
+static void print_value(const char *label, const json_t *v)
+{
+	char b[LC_MASK_BUF];
+
+	if (json_is_string(v)) {
+		printf("%s%s\n", label, lc_masked(json_string_value(v), b));
+	} else if (v == NULL || json_is_null(v)) {
+		printf("%s-\n", label);
+	} else {
+		char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		printf("%s%s\n", label, s ? s : "?");
+		free(s);
+	}
+}
+
+static int cmd_inspect(const lc_global_t *g, const char *name)
+{
+	json_t *resp, *holders, *h;
+	size_t i;
+	int r = one_request(g, json_pack("{s:s, s:s}", "op", "inspect", "lock", name),
+	                    "inspect", NULL, g->timeout_ms, &resp);
+
+	if (r != 0)
+		return r;
+	if (g->json) {
+		json_decref(resp);
+		return 0;
+	}
+	print_value("lock:    ", json_object_get(resp, "lock"));
+	print_value("state:   ", json_object_get(resp, "state"));
+	if (json_is_integer(json_object_get(resp, "limit")))
+		print_value("limit:   ", json_object_get(resp, "limit"));
+	print_value("fence:   ", json_object_get(resp, "fence"));
+	print_value("waiters: ", json_object_get(resp, "waiters"));
+	holders = json_object_get(resp, "holders");
+	printf("holders: %zu\n", json_array_size(holders));
+	json_array_foreach(holders, i, h) {
+		char ob[LC_MASK_BUF], cb[LC_MASK_BUF];
+		const char *mode = "?", *owner = "", *client = "";
+		json_int_t ttl = 0, count = 0;
+
+		json_unpack(h, "{s?s, s?I, s?I, s?s, s?s}", "mode", &mode, "ttl_ms", &ttl,
+		            "count", &count, "owner", &owner, "client", &client);
+		printf("  %-9s ttl %" JSON_INTEGER_FORMAT " ms, count %" JSON_INTEGER_FORMAT
+		       ", owner \"%s\", client \"%s\"\n",
+		       mode, ttl, count, lc_masked(owner, ob), lc_masked(client, cb));
+	}
+	json_decref(resp);
+	return 0;
+}
+
+static int cmd_stats(const lc_global_t *g)
+{
+	json_t *resp, *v;
+	const char *key;
+	int r = one_request(g, json_pack("{s:s}", "op", "stats"), "stats", NULL, g->timeout_ms,
+	                    &resp);
+
+	if (r != 0)
+		return r;
+	if (!g->json) {
+		json_object_foreach(resp, key, v) {
+			char kb[LC_MASK_BUF], label[LC_MASK_BUF + 4];
+			if (strcmp(key, "id") == 0 || strcmp(key, "ok") == 0)
+				continue;
+			snprintf(label, sizeof(label), "%s: ", lc_masked(key, kb));
+			print_value(label, v);
+		}
+	}
+	json_decref(resp);
+	return 0;
+}
+
+static int cmd_ping(const lc_global_t *g)
+{
+	lc_conn_t c;
+	json_t *resp = NULL;
+	char *raw = NULL;
+	struct timespec t0, t1;
+	int r = lc_connect(g, &c);
+
+	if (r != 0) {
+		conn_close(&c);
+		return r;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	r = conn_call(&c, json_pack("{s:s}", "op", "ping"), g->timeout_ms, "ping", &resp, &raw);
+	conn_close(&c);
+	if (r != 0)
+		return r;
+	if (g->json)
+		printf("%s\n", raw);
+	if (!json_is_true(json_object_get(resp, "ok")))
+		r = lc_broker_error("ping", resp, -1);
+	else if (!g->json) {
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		printf("ok: %s, protocol %" JSON_INTEGER_FORMAT ", answered in %.2f ms\n",
+		       c.server[0] ? c.server : "?", c.proto,
+		       (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+	}
+	free(raw);
+	json_decref(resp);
+	return r;
+}
+
+/* ---- main ------------------------------------------------------------------- */
+
+static const char *default_url(void)
+{
+	static char buf[sizeof(LC_DEFAULT_UNIX) + 8];
+	const char *env = getenv("LOCKBROKER_URL");
+	struct stat st;
+
+	if (env && *env)
+		return env;
+	if (stat(LC_DEFAULT_UNIX, &st) == 0) {
+		snprintf(buf, sizeof(buf), "unix://%s", LC_DEFAULT_UNIX);
+		return buf;
+	}
+	return LC_DEFAULT_TCP;
+}
+
+/* The subcommand's arguments: options (global and lock) anywhere, the rest
+ * positional. For run, the first positional is NAME and parsing stops at
+ * the next positional or at "--": that is where COMMAND starts. Returns 0,
+ * a usage status, or -1 when --help was asked for (and printed). */
+static int parse_sub(lc_global_t *g, lc_lock_opts_t *o, bool lock_opts, bool run, int argc,
+                     char **argv, int *i, const char **pos, int maxpos, int *npos)
+{
+	*npos = 0;
+	for (; *i < argc; (*i)++) {
+		const char *a = argv[*i];
+		int r;
+
+		if (strcmp(a, "--") == 0) {
+			(*i)++;
+			if (run)
+				return 0;
+			for (; *i < argc; (*i)++) {
+				if (*npos == maxpos)
+					return usage_error("unexpected argument %s", argv[*i]);
+				pos[(*npos)++] = argv[*i];
+			}
+			return 0;
+		}
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			fputs(usage_text, stdout);
+			return -1;
+		}
+		if (a[0] == '-' && a[1] != '\0') {
+			if (lock_opts && (r = lock_opt(o, run, argc, argv, i)) != 0) {
+				if (r > 1)
+					return r;
+				continue;
+			}
+			if ((r = global_opt(g, argc, argv, i)) != 0) {
+				if (r > 1)
+					return r;
+				continue;
+			}
+			return usage_error("unknown option %s", a);
+		}
+		if (run && *npos == 1)
+			return 0; /* COMMAND starts here */
+		if (*npos == maxpos)
+			return usage_error("unexpected argument %s", a);
+		pos[(*npos)++] = a;
+	}
+	return 0;
+}
+
+static int dispatch(lc_global_t *g, int argc, char **argv)
+{
+	lc_lock_opts_t o = {.wait_ms = -1, .ttl_ms = -1, .max_hold_ms = -1,
+	                    .kill_after_ms = 5000};
+	const char *pos[2] = {NULL, NULL};
+	int i = 1, npos, r;
+	const char *cmd;
+
+	for (; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			fputs(usage_text, stdout);
+			return 0;
+		}
+		if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+			printf(LC_NAME " (" LOCKBROKER_NAME ") " LOCKBROKER_VERSION
+			       ", protocol %d\n", LB_PROTO_VERSION);
+			return 0;
+		}
+		if (a[0] != '-')
+			break;
+		if ((r = global_opt(g, argc, argv, &i)) > 1)
+			return r;
+		if (r == 0)
+			return usage_error("unknown option %s", a);
+	}
+	if (i >= argc)
+		return usage_error("no command given%s", NULL);
+	cmd = argv[i++];
+
+	if (strcmp(cmd, "run") == 0) {
+		if ((r = parse_sub(g, &o, true, true, argc, argv, &i, pos, 1, &npos)) != 0)
+			return r < 0 ? 0 : r;
+		if (npos < 1)
+			return usage_error("run needs a lock NAME and a COMMAND%s", NULL);
+		if (i >= argc)
+			return usage_error("run needs a COMMAND after the lock name%s", NULL);
+	} else if (strcmp(cmd, "acquire") == 0) {
+		if ((r = parse_sub(g, &o, true, false, argc, argv, &i, pos, 1, &npos)) != 0)
+			return r < 0 ? 0 : r;
+		if (npos != 1)
+			return usage_error("acquire needs exactly one lock NAME%s", NULL);
+		if (!o.detach)
+			return usage_error("acquire needs --detach: a lease that is not detached "
+			                   "ends with lockctl's connection (use run)%s", NULL);
+	} else if (strcmp(cmd, "extend") == 0) {
+		/* --ttl is the only lock option extend takes */
+		for (; i < argc; i++) {
+			const char *a = argv[i];
+			if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+				fputs(usage_text, stdout);
+				return 0;
+			}
+			if (strncmp(a, "--ttl", 5) == 0 && (a[5] == '\0' || a[5] == '=')) {
+				if ((r = lock_opt(&o, false, argc, argv, &i)) > 1)
+					return r;
+			} else if (strcmp(a, "--") != 0 && a[0] == '-' && a[1] != '\0') {
+				if ((r = global_opt(g, argc, argv, &i)) > 1)
+					return r;
+				if (r == 0)
+					return usage_error("unknown option %s", a);
+			} else if (strcmp(a, "--") == 0 && i + 1 < argc && !pos[0]) {
+				pos[0] = argv[++i];
+			} else if (!pos[0]) {
+				pos[0] = a;
+			} else {
+				return usage_error("unexpected argument %s", a);
+			}
+		}
+		if (!pos[0])
+			return usage_error("extend needs a lease TOKEN%s", NULL);
+		if (o.ttl_ms < 0)
+			return usage_error("extend needs --ttl DURATION%s", NULL);
+	} else if (strcmp(cmd, "release") == 0 || strcmp(cmd, "inspect") == 0) {
+		if ((r = parse_sub(g, &o, false, false, argc, argv, &i, pos, 1, &npos)) != 0)
+			return r < 0 ? 0 : r;
+		if (npos != 1)
+			return usage_error(cmd[0] == 'r' ? "release needs exactly one lease TOKEN%s"
+			                                 : "inspect needs exactly one lock NAME%s",
+			                   NULL);
+	} else if (strcmp(cmd, "stats") == 0 || strcmp(cmd, "ping") == 0) {
+		if ((r = parse_sub(g, &o, false, false, argc, argv, &i, pos, 0, &npos)) != 0)
+			return r < 0 ? 0 : r;
+	} else {
+		return usage_error("unknown command %s", cmd);
+	}
+
+	if (o.shared && o.limit > 0)
+		return usage_error("--shared and --limit exclude each other%s", NULL);
+	if ((strcmp(cmd, "run") == 0 || strcmp(cmd, "acquire") == 0) && pos[0][0] == '\0')
+		return usage_error("the lock name is empty%s", NULL);
+	if (pos[0]) {
+		json_t *probe = json_string(pos[0]); /* NULL when not UTF-8 */
+		if (probe == NULL)
+			return usage_error("%s is not UTF-8 text", pos[0]);
+		json_decref(probe);
+	}
+	o.name = pos[0];
+	if (g->url == NULL)
+		g->url = default_url();
+
+	if (strcmp(cmd, "run") == 0)
+		return lc_run(g, &o, argv + i);
+	if (strcmp(cmd, "acquire") == 0)
+		return cmd_acquire(g, &o);
+	if (strcmp(cmd, "release") == 0)
+		return cmd_release(g, pos[0]);
+	if (strcmp(cmd, "extend") == 0)
+		return cmd_extend(g, pos[0], o.ttl_ms);
+	if (strcmp(cmd, "inspect") == 0)
+		return cmd_inspect(g, pos[0]);
+	if (strcmp(cmd, "stats") == 0)
+		return cmd_stats(g);
+	return cmd_ping(g);
+}
+
+int main(int argc, char **argv)
+{
+	lc_global_t g = {.timeout_ms = 10000};
+	int r = dispatch(&g, argc, argv);
+
+	free(g.auth);
+	if (fflush(stdout) != 0 && r == 0) {
+		lc_err("writing the output: %s", strerror(errno));
+		r = LC_EXIT_INTERNAL;
+	}
+	return r;
+}
