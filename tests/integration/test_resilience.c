@@ -250,3 +250,59 @@ LB_TEST(resilience, half_deleted_holder_is_not_held, 30)
 	lb_expect_err(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease), "not_held");
 	lb_end();
 }
+
+LB_TEST(resilience, redis_restart_with_data_keeps_leases, 60)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *c = lb_connect(b, LB_TCP);
+	const char *lease = lb_must_acquire(c, "kept", 3000); /* renewed every 1 s */
+	json_t *ev, *in;
+
+	/* Redis comes back with its data (the RDB it saved) but no scripts. */
+	lb_redis_cmd(r, "SAVE");
+	lb_redis_restart(r);
+	ev = lb_next_event(c, 5000);
+	cr_expect_null(ev, "the lease was lost across a restart with data: %s", ev ? lb_dump(ev) : "");
+	in = lb_inspect(c, "kept");
+	cr_expect_str_eq(lb_str(in, "state"), "exclusive");
+	cr_expect_eq(json_array_size(lb_get(in, "holders")), 1);
+	/* Renewals go on (NOSCRIPT reloaded the scripts), and it is still ours. */
+	lb_expect_ok(lb_call(c, "{s:s, s:s, s:i}", "op", "extend", "lease", lease, "ttl_ms", 3000));
+	cr_expect_null(lb_next_event(c, 3500), "lost after the restart");
+	cr_expect_eq(lb_int(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease), "count"), 0);
+	lb_expect_free(c, "kept");
+	lb_end();
+}
+
+LB_TEST(resilience, half_a_line_then_silence, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, "--max-line", "4096", NULL);
+	lb_client *stall = lb_connect(b, LB_TCP);
+	lb_client *other = lb_connect(b, LB_UNIX);
+	char big[4000];
+	json_t *m;
+
+	/* Half a request, then nothing: others are served meanwhile. */
+	cr_assert(lb_send_raw(stall, "{\"id\":1,\"op\":\"pi", 16));
+	for (int k = 0; k < 20; k++)
+		lb_expect_ok(lb_call_timeout(other, 1000, "{s:s}", "op", "ping"));
+	cr_assert_null(lb_read_msg(stall, 300), "answered half a line");
+	/* The rest arrives much later: it is one request after all. */
+	cr_assert(lb_send_raw(stall, "ng\"}\n", 5));
+	m = lb_read_msg(stall, 2000);
+	cr_assert_not_null(m);
+	lb_expect_ok(m);
+	/* Just under max-line, in pieces, with pauses: still fine. */
+	memset(big, ' ', sizeof(big));
+	for (size_t off = 0; off < sizeof(big); off += 1000) {
+		cr_assert(lb_send_raw(stall, big + off, 1000));
+		lb_sleep_ms(50);
+	}
+	cr_assert(lb_send_raw(stall, "{\"id\":2,\"op\":\"ping\"}\n", 21));
+	m = lb_read_msg(stall, 2000);
+	cr_assert_not_null(m);
+	lb_expect_ok(m);
+	lb_end();
+}
