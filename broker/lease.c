@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "broker/broker.h"
+#include "broker/holderkey.h"
 #include "broker/lockscript.h"
 #include "broker/log.h"
 #include "broker/metrics.h"
@@ -26,27 +27,12 @@
 static htab_t by_token;
 static htab_t by_holder;
 
-struct holder_key {
-	const struct session *s;
-	const char *lock;
-	size_t lock_len;
-	const char *owner;
-	size_t owner_len;
-};
 
 static uint32_t token_hash(const char *token, size_t len)
 {
 	return htab_hash(HTAB_HASH_INIT, token, len);
 }
 
-static uint32_t holder_hash(const struct holder_key *k)
-{
-	uint32_t h = htab_hash(HTAB_HASH_INIT, &k->s, sizeof(k->s));
-
-	h = htab_hash(h, k->lock, k->lock_len);
-	h = htab_hash(h, "\0", 1);
-	return htab_hash(h, k->owner, k->owner_len);
-}
 
 static bool token_match(const htab_node_t *n, const void *key)
 {
@@ -59,11 +45,9 @@ static bool token_match(const htab_node_t *n, const void *key)
 static bool holder_match(const htab_node_t *n, const void *key)
 {
 	const lease_t *l = (const lease_t *)((const char *)n - offsetof(lease_t, by_holder));
-	const struct holder_key *k = key;
+	const holder_key_t *k = key;
 
-	return l->session == k->s && l->lock_len == k->lock_len &&
-	       memcmp(l->lock, k->lock, k->lock_len) == 0 && l->owner_len == k->owner_len &&
-	       memcmp(l->owner, k->owner, k->owner_len) == 0;
+	return holder_key_equal(k, l->session, l->lock, l->lock_len, l->owner, l->owner_len);
 }
 
 lease_t *lease_new(struct session *s, const char *token, const char *lock, size_t lock_len,
@@ -72,7 +56,7 @@ lease_t *lease_new(struct session *s, const char *token, const char *lock, size_
                    int64_t max_hold_ms, uint64_t sent_at)
 {
 	lease_t *l = xcalloc(1, sizeof(*l));
-	struct holder_key k;
+	holder_key_t k;
 
 	memcpy(l->token, token, LEASE_TOKEN_LEN);
 	l->token[LEASE_TOKEN_LEN] = '\0';
@@ -92,8 +76,8 @@ lease_t *lease_new(struct session *s, const char *token, const char *lock, size_
 	htab_insert(&by_token, &l->by_token, token_hash(l->token, LEASE_TOKEN_LEN));
 	if (mode != LB_MODE_PERMIT) {
 		/* Only locks re-enter; each permit is a lease of its own. */
-		k = (struct holder_key){s, l->lock, lock_len, l->owner, owner_len};
-		htab_insert(&by_holder, &l->by_holder, holder_hash(&k));
+		k = (holder_key_t){s, l->lock, lock_len, l->owner, owner_len};
+		htab_insert(&by_holder, &l->by_holder, holder_key_hash(&k));
 	}
 
 	l->s_next = s->leases;
@@ -144,8 +128,8 @@ lease_t *lease_find(const char *token, size_t len)
 lease_t *lease_find_held(const struct session *s, const char *lock, size_t lock_len,
                          const char *owner, size_t owner_len)
 {
-	struct holder_key k = {s, lock, lock_len, owner, owner_len};
-	htab_node_t *n = htab_find(&by_holder, holder_hash(&k), holder_match, &k);
+	holder_key_t k = {s, lock, lock_len, owner, owner_len};
+	htab_node_t *n = htab_find(&by_holder, holder_key_hash(&k), holder_match, &k);
 
 	return n ? (lease_t *)((char *)n - offsetof(lease_t, by_holder)) : NULL;
 }

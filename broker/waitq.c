@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "broker/broker.h"
+#include "broker/holderkey.h"
 #include "broker/htab.h"
 #include "broker/lease.h"
 #include "broker/lockops.h"
@@ -115,31 +116,14 @@ static void wlock_heartbeat(wlock_t *wl);
 
 /* ---- tables -------------------------------------------------------------- */
 
-struct holder_key {
-	const session_t *s;
-	const char *lock;
-	size_t lock_len;
-	const char *owner;
-	size_t owner_len;
-};
 
-static uint32_t holder_hash(const struct holder_key *k)
-{
-	uint32_t h = htab_hash(HTAB_HASH_INIT, &k->s, sizeof(k->s));
-
-	h = htab_hash(h, k->lock, k->lock_len);
-	h = htab_hash(h, "\0", 1);
-	return htab_hash(h, k->owner, k->owner_len);
-}
 
 static bool holder_match(const htab_node_t *n, const void *key)
 {
 	const waiter_t *w = (const waiter_t *)((const char *)n - offsetof(waiter_t, by_holder));
-	const struct holder_key *k = key;
+	const holder_key_t *k = key;
 
-	return w->s == k->s && w->wl->len == k->lock_len &&
-	       memcmp(w->wl->name, k->lock, k->lock_len) == 0 && w->owner_len == k->owner_len &&
-	       memcmp(w->owner, k->owner, k->owner_len) == 0;
+	return holder_key_equal(k, w->s, w->wl->name, w->wl->len, w->owner, w->owner_len);
 }
 
 static bool id_match(const htab_node_t *n, const void *key)
@@ -202,9 +186,9 @@ static void wlock_arm(wlock_t *wl, uint64_t at)
 
 static void holder_index_add(waiter_t *w)
 {
-	struct holder_key k = {w->s, w->wl->name, w->wl->len, w->owner, w->owner_len};
+	holder_key_t k = {w->s, w->wl->name, w->wl->len, w->owner, w->owner_len};
 
-	htab_insert(&Q.by_holder, &w->by_holder, holder_hash(&k));
+	htab_insert(&Q.by_holder, &w->by_holder, holder_key_hash(&k));
 	w->in_holder_index = true;
 }
 
@@ -217,8 +201,8 @@ static void holder_index_remove(waiter_t *w)
 
 static waiter_t *leader_find(const session_t *s, const lb_str_t *lock, const lb_str_t *owner)
 {
-	struct holder_key k = {s, lock->ptr, lock->len, owner->ptr, owner->len};
-	htab_node_t *n = htab_find(&Q.by_holder, holder_hash(&k), holder_match, &k);
+	holder_key_t k = {s, lock->ptr, lock->len, owner->ptr, owner->len};
+	htab_node_t *n = htab_find(&Q.by_holder, holder_key_hash(&k), holder_match, &k);
 
 	return n ? (waiter_t *)((char *)n - offsetof(waiter_t, by_holder)) : NULL;
 }

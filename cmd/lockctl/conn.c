@@ -24,18 +24,6 @@
 #include "broker/url.h"
 #include "broker/version.h"
 
-static int remaining(int64_t deadline)
-{
-	int64_t left;
-
-	if (deadline < 0)
-		return -1;
-	left = deadline - lc_now_ms();
-	if (left <= 0)
-		return 0;
-	return left > 1000000 ? 1000000 : (int)left;
-}
-
 static int64_t deadline_of(int64_t timeout_ms)
 {
 	return timeout_ms < 0 ? -1 : lc_now_ms() + timeout_ms;
@@ -48,11 +36,11 @@ static int wait_fd(int fd, short events, int64_t deadline)
 	struct pollfd p = {.fd = fd, .events = events};
 
 	for (;;) {
-		int r = poll(&p, 1, remaining(deadline));
+		int r = poll(&p, 1, lc_poll_ms(deadline));
 		if (r > 0)
 			return 1;
 		if (r == 0) {
-			if (remaining(deadline) == 0)
+			if (lc_poll_ms(deadline) == 0)
 				return 0;
 			continue;
 		}

@@ -54,6 +54,9 @@ int lc_parse_duration(const char *s, int64_t *ms);
 int lc_parse_int(const char *s, int64_t min, int64_t max, int64_t *out);
 /* Monotonic clock in milliseconds. */
 int64_t lc_now_ms(void);
+/* poll(2)'s timeout until deadline (ms of lc_now_ms): -1 for none (deadline
+ * < 0), 0 once passed, capped at 1000 s. */
+int lc_poll_ms(int64_t deadline);
 /* s masked for a message: printable ASCII only, at most 80 bytes, in buf
  * (at least 84 bytes). */
 const char *lc_masked(const char *s, char *buf);

@@ -132,18 +132,6 @@ static size_t signals_take(int *sigs, size_t n)
 	return k;
 }
 
-static int poll_ms(int64_t deadline)
-{
-	int64_t left;
-
-	if (deadline < 0)
-		return -1;
-	left = deadline - lc_now_ms();
-	if (left <= 0)
-		return 0;
-	return left > 1000000 ? 1000000 : (int)left;
-}
-
 /* Waits for the answer to the acquire. Returns 0 with *resp (ok or not),
  * or an exit status (printed). */
 static int wait_grant(lc_conn_t *c, json_int_t id, const lc_lock_opts_t *o, int64_t timeout_ms,
@@ -174,12 +162,12 @@ static int wait_grant(lc_conn_t *c, json_int_t id, const lc_lock_opts_t *o, int6
 
 		struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN},
 		                      {.fd = S.pipe[0], .events = POLLIN}};
-		int n = poll(p, 2, poll_ms(deadline));
+		int n = poll(p, 2, lc_poll_ms(deadline));
 		if (n < 0 && errno != EINTR) {
 			lc_err("poll: %s", strerror(errno));
 			return LC_EXIT_INTERNAL;
 		}
-		if (n == 0 && poll_ms(deadline) == 0) {
+		if (n == 0 && lc_poll_ms(deadline) == 0) {
 			lc_err("acquire: no answer from the broker in time");
 			return LC_EXIT_UNAVAILABLE;
 		}
@@ -301,7 +289,7 @@ static int supervise(lc_conn_t *c, const lc_lock_opts_t *o, const char *lease, p
 		                      {.fd = c->fd, .events = POLLIN}};
 		/* a closed socket would be readable for ever: leave it out */
 		int np = (c->eof || r != 0) ? 1 : 2;
-		int n = poll(p, (nfds_t)np, lost && !killed ? poll_ms(kill_at) : -1);
+		int n = poll(p, (nfds_t)np, lost && !killed ? lc_poll_ms(kill_at) : -1);
 		if (n < 0 && errno != EINTR) {
 			lc_err("poll: %s", strerror(errno));
 			kill(target, SIGKILL);

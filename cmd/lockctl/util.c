@@ -115,6 +115,18 @@ int64_t lc_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int lc_poll_ms(int64_t deadline)
+{
+	int64_t left;
+
+	if (deadline < 0)
+		return -1;
+	left = deadline - lc_now_ms();
+	if (left <= 0)
+		return 0;
+	return left > 1000000 ? 1000000 : (int)left;
+}
+
 const char *lc_masked(const char *s, char *buf)
 {
 	if (s == NULL)
