@@ -42,6 +42,7 @@ typedef struct lease {
 	int64_t fence;
 	int64_t ttl_ms; /* lifetime the watchdog renews to */
 	int64_t count;  /* reentrancy count */
+	int64_t releasing; /* releases on their way: count - releasing is what stays */
 	bool watchdog;
 	bool renewing; /* a renewal is in flight */
 

@@ -17,6 +17,10 @@
 #include "broker/log.h"
 #include "broker/session.h"
 
+/* Thousands of clients may connect at once (a fleet restarting); the kernel
+ * caps this at net.core.somaxconn. */
+#define LISTEN_BACKLOG 4096
+
 static void on_connection(uv_stream_t *stream, int status)
 {
 	listener_t *l = (listener_t *)stream;
@@ -117,7 +121,7 @@ static int open_one(uv_loop_t *loop, const listen_addr_t *a, listener_t **out)
 		}
 	}
 	if (rc == 0)
-		rc = uv_listen(&l->h.stream, 511, on_connection);
+		rc = uv_listen(&l->h.stream, LISTEN_BACKLOG, on_connection);
 	if (rc != 0) {
 		LOG(LOG_ERROR, "msg=\"cannot listen\" url=\"%s\" err=\"%s\"", url, uv_strerror(rc));
 		uv_close(&l->h.handle, on_listener_closed);

@@ -216,6 +216,9 @@ void lockops_acquire(session_t *s, req_t *req)
 	held = a->detach || a->mode == LB_MODE_PERMIT
 	           ? NULL
 	           : lease_find_held(s, a->lock.ptr, a->lock.len, a->owner.ptr, a->owner.len);
+	if (held && held->count - held->releasing <= 0)
+		held = NULL; /* its releases (sent before) free it: a fresh acquire,
+		              * which Redis runs after them on the same connection */
 	if (held) {
 		if (held->mode == LB_MODE_SHARED && a->mode == LB_MODE_EXCLUSIVE)
 			session_send_error(s, req->id, LB_E_UPGRADE_UNSUPPORTED, NULL);
@@ -283,9 +286,12 @@ static bool lease_reply_or_answer(op_ctx_t *c, const redisReply *r, const char *
 static void on_release_reply(const redisReply *r, void *priv)
 {
 	op_ctx_t *c = priv;
+	lease_t *mine = lease_find(c->token, LEASE_TOKEN_LEN);
 	int64_t count;
 	lease_t *l;
 
+	if (mine && mine->releasing > 0)
+		mine->releasing--;
 	if (!lease_reply_or_answer(c, r, "release", &count, &l))
 		return;
 	if (count == 0) {
@@ -304,14 +310,19 @@ static void on_release_reply(const redisReply *r, void *priv)
 
 static void release_step(op_ctx_t *c)
 {
+	lease_t *l = lease_find(c->token, LEASE_TOKEN_LEN);
 	lockscript_t ls;
 
 	lockscript_begin(&ls, c->lock, c->lock_len, LOCK_NKEYS, true);
 	lockscript_arg(&ls, c->token, LEASE_TOKEN_LEN);
 	lockscript_str(&ls, "0");
 	c->sent_at = timers_now();
-	if (lockscript_send(&ls, SCRIPT_RELEASE, on_release_reply, c) < 0)
+	if (lockscript_send(&ls, SCRIPT_RELEASE, on_release_reply, c) < 0) {
 		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
+		return;
+	}
+	if (l)
+		l->releasing++;
 }
 
 static void on_extend_reply(const redisReply *r, void *priv)

@@ -306,3 +306,37 @@ LB_TEST(resilience, half_a_line_then_silence, 30)
 	lb_expect_ok(m);
 	lb_end();
 }
+
+LB_TEST(resilience, release_then_acquire_pipelined, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *c = lb_connect(b, LB_TCP);
+
+	for (int k = 0; k < 20; k++) {
+		const char *lease = lb_must_acquire(c, "pipe", 5000);
+		char line[256];
+		json_t *rel, *acq, *rid, *aid;
+		/* Both in one write: the acquire must not re-enter the lease that
+		 * the release before it frees. */
+		snprintf(line, sizeof(line),
+		         "{\"id\":\"r%d\",\"op\":\"release\",\"lease\":\"%s\"}\n"
+		         "{\"id\":\"a%d\",\"op\":\"acquire\",\"lock\":\"pipe\",\"wait_ms\":2000}\n",
+		         k, lease, k);
+		cr_assert(lb_send_raw(c, line, strlen(line)));
+		rid = json_sprintf("r%d", k);
+		aid = json_sprintf("a%d", k);
+		rel = lb_wait_response(c, rid, 5000);
+		acq = lb_wait_response(c, aid, 5000);
+		lb_expect_ok(rel);
+		cr_expect_eq(lb_int(rel, "count"), 0);
+		lb_expect_ok(acq);
+		cr_expect_eq(lb_int(acq, "count"), 1);
+		cr_expect_str_neq(lb_str(acq, "lease"), lease, "re-entered the released lease");
+		lb_expect_ok(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lb_str(acq, "lease")));
+		json_decref(rid);
+		json_decref(aid);
+	}
+	lb_expect_free(c, "pipe");
+	lb_end();
+}
