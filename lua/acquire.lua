@@ -21,10 +21,9 @@ local max_queue = tonumber(ARGV[a + 9])
 -- The common case first: nothing held, nobody queued, no leftovers. Then
 -- every request fits and nobody is ahead of it (9 calls, not ~20).
 if redis.call('EXISTS', K.h, K.q, K.i) == 0 then
-  local fence, t = grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
+  local fence, t = grant(K, C, id, mode, limit, ttl, owner, client, max_hold, true)
   redis.call('PEXPIRE', K.h, t)
   redis.call('PEXPIRE', K.i, t)
-  redis.call('PEXPIRE', K.f, t + C.retention)
   return {1, fence, t}
 end
 

@@ -19,6 +19,11 @@ if redis.call('EXISTS', K.q) == 0 then
   if info then
     redis.call('ZREM', K.h, id)
     redis.call('HDEL', K.i, id)
+    if redis.call('EXISTS', K.h) == 0 then
+      -- The last holder: :h and :i went with it; the fence stays a while.
+      redis.call('PEXPIRE', K.f, C.retention)
+      return {0}
+    end
   end
   retime(K.h, K.i, K.f, C.now_ms, C.retention)
   return {info and 0 or -1}

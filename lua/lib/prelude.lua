@@ -180,8 +180,10 @@ local function count_holders(list)
   return #list, xheld
 end
 
--- Makes id a holder; returns its fence and the lifetime granted.
-local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
+-- Makes id a holder; returns its fence and the lifetime granted. sole: id
+-- is the only holder, so the fence key's lifetime is set here too (the
+-- caller then skips retime).
+local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold, sole)
   local expiry, deadline = C.now_ms + ttl, 0
   if max_hold > 0 then
     deadline = C.now_ms + max_hold
@@ -192,7 +194,11 @@ local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
   if last + 1 > fence then fence = last + 1 end
   redis.call('ZADD', K.h, expiry, id)
   info_set(K.i, id, {mode, 1, deadline, owner, client, limit, fence})
-  redis.call('SET', K.f, string.format('%.0f', fence))
+  if sole then
+    redis.call('SET', K.f, string.format('%.0f', fence), 'PX', expiry - C.now_ms + C.retention)
+  else
+    redis.call('SET', K.f, string.format('%.0f', fence))
+  end
   return fence, expiry - C.now_ms
 end
 
