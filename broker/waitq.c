@@ -707,6 +707,7 @@ static void wlock_heartbeat(wlock_t *wl)
 	struct heartbeat *hb;
 	lockscript_t ls;
 	size_t n = 0;
+	bool sending = false;
 	uint64_t now = timers_now();
 
 	for (waiter_t *w = wl->head, *next; w; w = next) {
@@ -717,9 +718,11 @@ static void wlock_heartbeat(wlock_t *wl)
 	for (waiter_t *w = wl->head; w && n < HEARTBEAT_MAX_IDS; w = w->wl_next) {
 		if (w->state == W_QUEUED && !w->unsent)
 			ids[n++] = w->id;
+		else if (w->state == W_SENDING)
+			sending = true;
 	}
-	if (n == 0 && !wl->hb_inflight) {
-		/* Nothing queued in Redis: only the unsent need the timer. */
+	if (n == 0 && !sending && !wl->hb_inflight) {
+		/* Nothing of ours in Redis: only the unsent need the timer. */
 		for (waiter_t *w = wl->head; w; w = w->wl_next) {
 			if (w->unsent) {
 				wlock_arm(wl, now + LOCK_SAFETY_NET_MS);
@@ -728,6 +731,10 @@ static void wlock_heartbeat(wlock_t *wl)
 		}
 		return;
 	}
+	/* A waiter whose acquire reply is still on its way is queued in Redis
+	 * already and may be what a wake-up is about: the script grants every
+	 * waiter of this broker that fits, listed or not, so it goes out even
+	 * with no id to refresh. */
 	timer_at(&wl->timer, now + LOCK_SAFETY_NET_MS);
 	if (wl->hb_inflight) {
 		wl->hb_again = true;
