@@ -42,7 +42,9 @@ typedef struct lease {
 	int64_t fence;
 	int64_t ttl_ms; /* lifetime the watchdog renews to */
 	int64_t count;  /* reentrancy count */
-	int64_t releasing; /* releases on their way: count - releasing is what stays */
+	int64_t releasing;  /* releases on their way */
+	int64_t reentering; /* re-entries on their way: count + reentering -
+	                     * releasing is what the lease will be at */
 	bool watchdog;
 	bool renewing; /* a renewal is in flight */
 

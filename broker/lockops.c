@@ -164,6 +164,8 @@ static void on_reentered(const redisReply *r, void *priv)
 	int64_t count, ms_left;
 	resp_acquired_t a;
 
+	if (l && l->reentering > 0)
+		l->reentering--;
 	if (rpool_reply_failed(r)) {
 		fail_unavailable(c, r);
 		return;
@@ -201,8 +203,11 @@ void lockops_reenter(session_t *s, const json_t *id, lease_t *l)
 	memcpy(c->token, l->token, sizeof(c->token));
 	lockscript_begin(&ls, l->lock, l->lock_len, LOCK_NKEYS_HOLDER, false);
 	lockscript_arg(&ls, l->token, LEASE_TOKEN_LEN);
-	if (lockscript_send(&ls, SCRIPT_REENTER, on_reentered, c) < 0)
+	if (lockscript_send(&ls, SCRIPT_REENTER, on_reentered, c) < 0) {
 		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
+		return;
+	}
+	l->reentering++;
 }
 
 void lockops_acquire(session_t *s, req_t *req)
@@ -216,7 +221,7 @@ void lockops_acquire(session_t *s, req_t *req)
 	held = a->detach || a->mode == LB_MODE_PERMIT
 	           ? NULL
 	           : lease_find_held(s, a->lock.ptr, a->lock.len, a->owner.ptr, a->owner.len);
-	if (held && held->count - held->releasing <= 0)
+	if (held && held->count + held->reentering - held->releasing <= 0)
 		held = NULL; /* its releases (sent before) free it: a fresh acquire,
 		              * which Redis runs after them on the same connection */
 	if (held) {

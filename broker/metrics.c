@@ -107,7 +107,9 @@ static void put(text_t *t, const char *fmt, ...)
 		va_start(ap, fmt);
 		n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
 		va_end(ap);
-		if (n >= 0 && (size_t)n < t->cap - t->len) {
+		if (n < 0)
+			return; /* an encoding error: leave the sample out */
+		if ((size_t)n < t->cap - t->len) {
 			t->len += (size_t)n;
 			return;
 		}

@@ -99,7 +99,7 @@ struct wlock {
 	size_t len;
 	waiter_t *head, *tail;
 	timer_ent_t timer; /* the next heartbeat */
-	bool hb_inflight;
+	unsigned hb_inflight; /* heartbeat calls on their way (one per batch) */
 	bool hb_again; /* woken while a heartbeat was on its way */
 };
 
@@ -448,6 +448,38 @@ static void send_withdraw(waiter_t *w)
 	}
 }
 
+struct quiet_withdraw {
+	uint64_t sent_at;
+	size_t len;
+	char lock[];
+};
+
+static void on_withdrawn_quietly(const redisReply *r, void *priv)
+{
+	struct quiet_withdraw *q = priv;
+
+	if (!rpool_reply_failed(r) && r->type == REDIS_REPLY_ARRAY)
+		waitq_take_grants(q->lock, q->len, r, 1, q->sent_at);
+	free(q);
+}
+
+/* w is finished, but an acquire of it may have run in Redis without its
+ * reply reaching us: take back whatever it left (a grant, a queue entry),
+ * so the lock is not held or reserved for nobody. */
+static void withdraw_quietly(const waiter_t *w)
+{
+	struct quiet_withdraw *q = xmalloc(sizeof(*q) + w->wl->len);
+	lockscript_t ls;
+
+	q->sent_at = timers_now();
+	q->len = w->wl->len;
+	memcpy(q->lock, w->wl->name, w->wl->len);
+	lockscript_begin(&ls, w->wl->name, w->wl->len, LOCK_NKEYS, true);
+	lockscript_arg(&ls, w->id, LEASE_TOKEN_LEN);
+	if (lockscript_send(&ls, SCRIPT_WITHDRAW, on_withdrawn_quietly, q) < 0)
+		free(q); /* Redis is down: what is there ends by TTL / heartbeat */
+}
+
 /* w stops wanting the lock (why): answered now, or once Redis confirmed. */
 static void end_waiter(waiter_t *w, waiter_end_t why)
 {
@@ -468,6 +500,7 @@ static void end_waiter(waiter_t *w, waiter_end_t why)
 	case W_QUEUED:
 		if (w->unsent) {
 			answer_end(w);
+			withdraw_quietly(w); /* an earlier send may have queued it */
 			finish_failed(w);
 		} else {
 			send_withdraw(w);
@@ -514,6 +547,7 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 		else
 			answer_end(w);
 		w->state = W_QUEUED;
+		withdraw_quietly(w); /* the script may have run: a grant or a queue entry */
 		finish_failed(w);
 		return;
 	}
@@ -668,12 +702,16 @@ static void on_heartbeat(const redisReply *r, void *priv)
 	wlock_t *wl = wlock_find(hb->name, hb->len);
 	int64_t retry_ms, nlost;
 
-	if (wl)
-		wl->hb_inflight = false;
+	if (wl && wl->hb_inflight > 0)
+		wl->hb_inflight--;
 	if (rpool_reply_failed(r) || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
 	    r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER ||
 	    r->element[1]->integer < 0 || (size_t)r->element[1]->integer > r->elements - 2) {
 		free(hb); /* the armed safety net tries again */
+		if (wl && wl->hb_again && wl->hb_inflight == 0) {
+			wl->hb_again = false;
+			wlock_heartbeat(wl);
+		}
 		return;
 	}
 	retry_ms = r->element[0]->integer;
@@ -693,53 +731,18 @@ static void on_heartbeat(const redisReply *r, void *priv)
 		return;
 	if (retry_ms > 0 && retry_ms < LOCK_SAFETY_NET_MS)
 		wlock_arm(wl, timers_now() + (uint64_t)retry_ms + 1);
-	if (wl->hb_again) {
+	if (wl->hb_again && wl->hb_inflight == 0) {
 		wl->hb_again = false;
 		wlock_heartbeat(wl);
 	}
 }
 
-/* Sends the acquires that could not be sent, then one heartbeat for the
- * queued waiters of wl; the safety net is armed again either way. */
-static void wlock_heartbeat(wlock_t *wl)
+/* One heartbeat call for ids[0..n-1] (may be none: see wlock_heartbeat). */
+static void send_heartbeat(wlock_t *wl, const char *const *ids, size_t n, uint64_t now)
 {
-	const char *ids[HEARTBEAT_MAX_IDS];
 	struct heartbeat *hb;
 	lockscript_t ls;
-	size_t n = 0;
-	bool sending = false;
-	uint64_t now = timers_now();
 
-	for (waiter_t *w = wl->head, *next; w; w = next) {
-		next = w->wl_next;
-		if (w->state == W_QUEUED && w->unsent && w->end == WEND_NONE)
-			waiter_send(w); /* never frees wl: w stays in it */
-	}
-	for (waiter_t *w = wl->head; w && n < HEARTBEAT_MAX_IDS; w = w->wl_next) {
-		if (w->state == W_QUEUED && !w->unsent)
-			ids[n++] = w->id;
-		else if (w->state == W_SENDING)
-			sending = true;
-	}
-	if (n == 0 && !sending && !wl->hb_inflight) {
-		/* Nothing of ours in Redis: only the unsent need the timer. */
-		for (waiter_t *w = wl->head; w; w = w->wl_next) {
-			if (w->unsent) {
-				wlock_arm(wl, now + LOCK_SAFETY_NET_MS);
-				break;
-			}
-		}
-		return;
-	}
-	/* A waiter whose acquire reply is still on its way is queued in Redis
-	 * already and may be what a wake-up is about: the script grants every
-	 * waiter of this broker that fits, listed or not, so it goes out even
-	 * with no id to refresh. */
-	timer_at(&wl->timer, now + LOCK_SAFETY_NET_MS);
-	if (wl->hb_inflight) {
-		wl->hb_again = true;
-		return;
-	}
 	lockscript_begin(&ls, wl->name, wl->len, LOCK_NKEYS, true);
 	for (size_t k = 0; k < n; k++)
 		lockscript_arg(&ls, ids[k], LEASE_TOKEN_LEN);
@@ -751,7 +754,62 @@ static void wlock_heartbeat(wlock_t *wl)
 		free(hb);
 		return;
 	}
-	wl->hb_inflight = true;
+	wl->hb_inflight++;
+}
+
+/* Sends the acquires that could not be sent, then heartbeats for every
+ * queued waiter of wl, HEARTBEAT_MAX_IDS per call (a waiter left out would
+ * lose its place when its deadline passes); the safety net is armed again
+ * either way. */
+static void wlock_heartbeat(wlock_t *wl)
+{
+	const char *ids[HEARTBEAT_MAX_IDS];
+	size_t n = 0, batches = 0;
+	bool sending = false, queued = false;
+	uint64_t now = timers_now();
+
+	for (waiter_t *w = wl->head, *next; w; w = next) {
+		next = w->wl_next;
+		if (w->state == W_QUEUED && w->unsent && w->end == WEND_NONE)
+			waiter_send(w); /* never frees wl: w stays in it */
+	}
+	for (waiter_t *w = wl->head; w; w = w->wl_next) {
+		if (w->state == W_QUEUED && !w->unsent)
+			queued = true;
+		else if (w->state == W_SENDING)
+			sending = true;
+	}
+	if (!queued && !sending && !wl->hb_inflight) {
+		/* Nothing of ours in Redis: only the unsent need the timer. */
+		for (waiter_t *w = wl->head; w; w = w->wl_next) {
+			if (w->unsent) {
+				wlock_arm(wl, now + LOCK_SAFETY_NET_MS);
+				break;
+			}
+		}
+		return;
+	}
+	timer_at(&wl->timer, now + LOCK_SAFETY_NET_MS);
+	if (wl->hb_inflight) {
+		wl->hb_again = true;
+		return;
+	}
+	/* A waiter whose acquire reply is still on its way is queued in Redis
+	 * already and may be what a wake-up is about: the script grants every
+	 * waiter of this broker that fits, listed or not, so a call goes out
+	 * even with no id to refresh. */
+	for (waiter_t *w = wl->head; w; w = w->wl_next) {
+		if (!(w->state == W_QUEUED && !w->unsent))
+			continue;
+		ids[n++] = w->id;
+		if (n == HEARTBEAT_MAX_IDS) {
+			send_heartbeat(wl, ids, n, now);
+			n = 0;
+			batches++;
+		}
+	}
+	if (n > 0 || batches == 0)
+		send_heartbeat(wl, ids, n, now);
 }
 
 /* ---- the API --------------------------------------------------------------- */

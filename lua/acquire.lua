@@ -36,13 +36,13 @@ if mine then return finish(K, C, {1, mine[7], expiry - C.now_ms}, {}) end
 
 for _, hd in ipairs(holders(K.h, K.i)) do
   if (hd[3][1] == 'p') ~= (mode == 'p') or hd[3][6] ~= limit then
-    return finish(K, C, {-1, 0}, {})
+    return finish(K, C, {-1, 0}, promote(K, C))
   end
 end
 local head = redis.call('ZRANGE', K.q, 0, 0)[1]
 local hw = head and info_get(K.w, head)
 if hw and ((hw[1] == 'p') ~= (mode == 'p') or hw[2] ~= limit) then
-  return finish(K, C, {-1, 0}, {})
+  return finish(K, C, {-1, 0}, promote(K, C))
 end
 
 -- Whatever became grantable meanwhile (an expired holder) goes first.

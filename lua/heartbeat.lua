@@ -33,6 +33,8 @@ end
 
 local granted = promote(K, C)
 for _, v in ipairs(already) do granted[#granted + 1] = v end
-local reply = {blocked_for(holders(K.h, K.i), 'x', C.now_ms), #lost}
+-- The first expiry: the earliest moment anything may become free (a
+-- permit, a shared holder), whatever the waiters want.
+local reply = {blocked_for(holders(K.h, K.i), 'p', C.now_ms), #lost}
 for _, id in ipairs(lost) do reply[#reply + 1] = id end
 return finish(K, C, reply, granted)

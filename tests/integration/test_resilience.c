@@ -340,3 +340,65 @@ LB_TEST(resilience, release_then_acquire_pipelined, 30)
 	lb_expect_free(c, "pipe");
 	lb_end();
 }
+
+LB_TEST(resilience, reentry_release_reentry_pipelined, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *c = lb_connect(b, LB_TCP);
+	const char *lease = lb_must_acquire(c, "rr", 5000);
+	char line[512];
+	json_t *a1, *rel, *a2, *id;
+
+	/* count 1 -> re-enter (2) -> release (1) -> re-enter (2), in one write:
+	 * the last acquire must see the re-entry still on its way. */
+	snprintf(line, sizeof(line),
+	         "{\"id\":\"a1\",\"op\":\"acquire\",\"lock\":\"rr\",\"wait_ms\":1000}\n"
+	         "{\"id\":\"r1\",\"op\":\"release\",\"lease\":\"%s\"}\n"
+	         "{\"id\":\"a2\",\"op\":\"acquire\",\"lock\":\"rr\",\"wait_ms\":1000}\n",
+	         lease);
+	cr_assert(lb_send_raw(c, line, strlen(line)));
+	id = json_string("a1");
+	a1 = lb_wait_response(c, id, 5000);
+	json_decref(id);
+	id = json_string("r1");
+	rel = lb_wait_response(c, id, 5000);
+	json_decref(id);
+	id = json_string("a2");
+	a2 = lb_wait_response(c, id, 5000);
+	json_decref(id);
+	lb_expect_ok(a1);
+	lb_expect_ok(rel);
+	lb_expect_ok(a2);
+	cr_expect_str_eq(lb_str(a2, "lease"), lease, "the last acquire did not re-enter");
+	cr_expect_eq(lb_int(a2, "count"), 2);
+	cr_expect_eq(lb_int(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease), "count"), 1);
+	cr_expect_eq(lb_int(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease), "count"), 0);
+	lb_expect_free(c, "rr");
+	lb_end();
+}
+
+LB_TEST(resilience, hundreds_of_waiters_of_one_broker_keep_their_places, 60)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *h = lb_connect(b, LB_TCP);
+	lb_client *c = lb_connect(b, LB_UNIX);
+	enum { N = 300 };
+	json_t *in;
+
+	lb_must_acquire(h, "many", 30000);
+	for (int k = 0; k < N; k++) {
+		char owner[16];
+		snprintf(owner, sizeof(owner), "o%d", k); /* distinct: no re-entry */
+		lb_send_req(c, "{s:s, s:s, s:s}", "op", "acquire", "lock", "many", "owner", owner);
+	}
+	lb_sleep_ms(500);
+	cr_assert_eq(lb_int(lb_inspect(h, "many"), "waiters"), N);
+	/* Past the 5 s heartbeat deadline: every one is still queued. */
+	lb_sleep_ms(7000);
+	in = lb_inspect(h, "many");
+	cr_expect_eq(lb_int(in, "waiters"), N, "waiters dropped from the queue: %lld left",
+	             (long long)lb_int(in, "waiters"));
+	lb_end();
+}
