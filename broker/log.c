@@ -18,6 +18,15 @@ bool log_json;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
+/* A JSON string of v, or "?" when v is not valid UTF-8 (a cut line may
+ * end inside a character): a log line must stay valid JSON. */
+static json_t *utf8_or_mark(const char *v)
+{
+	json_t *j = json_string(v);
+
+	return j ? j : json_string("?");
+}
+
 /* Turns "k=v k2=\"v 2\"" into members of obj; a quoted value ends at a
  * quote followed by a space or the end. */
 static void kv_to_json(json_t *obj, char *p)
@@ -33,7 +42,7 @@ static void kv_to_json(json_t *obj, char *p)
 		sp = strchr(p, ' ');
 		if (!eq || (sp && sp < eq)) {
 			/* Not key=value: keep the rest as one text member. */
-			json_object_set_new(obj, "text", json_string(key));
+			json_object_set_new(obj, "text", utf8_or_mark(key));
 			return;
 		}
 		*eq = '\0';
@@ -50,7 +59,7 @@ static void kv_to_json(json_t *obj, char *p)
 			if (end)
 				*end = '\0';
 		}
-		json_object_set_new(obj, key, json_string(val));
+		json_object_set_new(obj, key, utf8_or_mark(val));
 	}
 }
 
@@ -68,8 +77,14 @@ static size_t format_json(char *line, size_t cap, const char *ts, const char *le
 	if (!out)
 		return 0;
 	n = strlen(out);
-	if (n > cap - 2)
-		n = cap - 2;
+	if (n > cap - 2) {
+		/* Never a cut object: a short valid one says what happened. */
+		free(out);
+		n = (size_t)snprintf(line, cap - 2,
+		                     "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"log line too long\"}",
+		                     ts, level);
+		return n < cap - 2 ? n : cap - 3;
+	}
 	memcpy(line, out, n);
 	free(out);
 	return n;

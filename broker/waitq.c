@@ -525,8 +525,16 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 
 	session_op_end(w->s); /* the waiter's own reference keeps s alive */
 	if (w->state == W_DONE) {
-		/* Granted meanwhile by another reply: this one adds nothing (a
-		 * retried acquire of a holder answers its grant again). */
+		/* Answered meanwhile by another reply. This one may still carry
+		 * grants for other waiters, and a grant of w's id that is no lease
+		 * here (w had ended) must go back. */
+		if (!rpool_reply_failed(r) && r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
+		    r->element[0]->type == REDIS_REPLY_INTEGER) {
+			status = r->element[0]->integer;
+			waitq_take_grants(w->wl->name, w->wl->len, r, status == 1 ? 3 : 2, w->sent_at);
+			if (status == 1 && !lease_find(w->id, LEASE_TOKEN_LEN))
+				lease_release_in_redis(w->wl->name, w->wl->len, w->id);
+		}
 		waiter_free(w);
 		return;
 	}
