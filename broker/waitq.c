@@ -107,8 +107,9 @@ static struct {
 	htab_t by_id;
 	htab_t by_holder;
 	htab_t locks;
-	size_t count;   /* waiters in memory (the bound --max-waiters applies to) */
-	size_t pending; /* of those, the ones still wanting the lock (stats) */
+	size_t count;   /* waiters in memory, ended ones included */
+	size_t pending; /* of those, the ones still wanting the lock (stats,
+	                 * --max-waiters) */
 } Q;
 
 static void waiter_send(waiter_t *w);
@@ -834,7 +835,9 @@ void waitq_acquire(session_t *s, const json_t *id, const req_acquire_t *a, int64
 		session_send_error(s, id, LB_E_LIMIT_EXCEEDED, "too many pending acquires in this session");
 		return;
 	}
-	if ((int64_t)Q.count >= cfg->max_waiters) {
+	/* Pending ones, as stats counts them: a waiter already ended (its
+	 * withdraw on its way) wants nothing and goes within a round trip. */
+	if ((int64_t)Q.pending >= cfg->max_waiters) {
 		metrics_acquire(LB_E_LIMIT_EXCEEDED, 0);
 		session_send_error(s, id, LB_E_LIMIT_EXCEEDED, "too many pending acquires on this broker");
 		return;
