@@ -1291,3 +1291,81 @@ json_t *lb_acquire_within(lb_client *c, const char *lock, int ttl_ms, int timeou
         lb_sleep_ms(20);
     }
 }
+
+/* ---- shared checks of the waiting tests ------------------------------------ */
+
+json_int_t lb_release(lb_client *c, const char *lease)
+{
+    json_t *r = lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease);
+    cr_assert(lb_is_ok(r), "release %s: %s", lease, lb_dump(r));
+    return lb_int(r, "count");
+}
+
+void lb_expect_silent(lb_client *c, int ms, const char *what)
+{
+    json_t *m = lb_read_msg(c, ms);
+    cr_assert_null(m, "%s: want no message within %d ms, got %s", what, ms, lb_dump(m));
+}
+
+json_int_t lb_inspect_waiters(lb_client *c, const char *lock)
+{
+    return lb_int(lb_inspect(c, lock), "waiters");
+}
+
+void lb_wait_waiters(lb_client *c, const char *lock, json_int_t want, int timeout_ms)
+{
+    int64_t deadline = lb_now_ms() + timeout_ms;
+    json_int_t got;
+    while ((got = lb_inspect_waiters(c, lock)) != want && lb_now_ms() < deadline)
+        lb_sleep_ms(10);
+    cr_assert_eq(got, want, "inspect %s: want waiters %lld, got %lld", lock, (long long)want,
+                 (long long)got);
+}
+
+size_t lb_nholders(const json_t *in)
+{
+    json_t *h = lb_get(in, "holders");
+    cr_assert(json_is_array(h), "%s", lb_dump(in));
+    return json_array_size(h);
+}
+
+void lb_expect_lost(lb_client *c, const char *lease, int64_t t0, int max_ms, const char *what)
+{
+    json_t *ev = lb_next_event(c, max_ms + 1000);
+    int64_t dt = lb_now_ms() - t0;
+    cr_assert_not_null(ev, "%s: no lost event", what);
+    cr_assert_str_eq(lb_str(ev, "event"), "lost", "%s: %s", what, lb_dump(ev));
+    cr_assert_str_eq(lb_str(ev, "lease"), lease, "%s: %s", what, lb_dump(ev));
+    cr_assert_str_eq(lb_str(ev, "reason"), "expired", "%s: %s", what, lb_dump(ev));
+    cr_assert_leq(dt, max_ms, "%s: lost after %lld ms", what, (long long)dt);
+}
+
+bool lb_redis_key_exists(lb_redis *r, const char *key)
+{
+    redisReply *rep = lb_redis_cmd(r, "EXISTS %s", key);
+    cr_assert_eq(rep->type, REDIS_REPLY_INTEGER);
+    return rep->integer != 0;
+}
+
+void lb_expect_no_queue(lb_redis *r, lb_client *c, const char *lock, int timeout_ms, bool and_free)
+{
+    static const char *const sfx[] = {"q", "w", "d", "s"};
+    int64_t deadline = lb_now_ms() + timeout_ms;
+    char key[600];
+
+    if (and_free) {
+        while (strcmp(lb_str(lb_inspect(c, lock), "state"), "free") != 0 && lb_now_ms() < deadline)
+            lb_sleep_ms(20);
+        lb_expect_free(c, lock);
+    }
+    for (size_t k = 0; k < 4; k++) {
+        snprintf(key, sizeof(key), "lb:{%s}:%s", lock, sfx[k]);
+        while (lb_redis_key_exists(r, key) && lb_now_ms() < deadline)
+            lb_sleep_ms(20);
+        cr_assert_not(lb_redis_key_exists(r, key), "queue key %s still exists", key);
+    }
+    {
+        json_t *in = lb_inspect(c, lock);
+        cr_assert_eq(lb_int(in, "waiters"), 0, "%s", lb_dump(in));
+    }
+}

@@ -182,4 +182,24 @@ json_t *lb_stats(lb_client *c);
  * passes; returns the last response. */
 json_t *lb_acquire_within(lb_client *c, const char *lock, int ttl_ms, int timeout_ms);
 
+/* ---- shared checks of the waiting tests ------------------------------------ */
+
+/* Release asserting success; returns the count left. */
+json_int_t lb_release(lb_client *c, const char *lease);
+/* Asserts that nothing (no response, no event) arrives on c within ms. */
+void lb_expect_silent(lb_client *c, int ms, const char *what);
+/* inspect's "waiters" of lock. */
+json_int_t lb_inspect_waiters(lb_client *c, const char *lock);
+/* Waits (polling inspect) until lock has want waiters; asserts it does. */
+void lb_wait_waiters(lb_client *c, const char *lock, json_int_t want, int timeout_ms);
+/* inspect's number of holders. */
+size_t lb_nholders(const json_t *in);
+/* Asserts the next event is lost(expired) of lease within max_ms of t0. */
+void lb_expect_lost(lb_client *c, const char *lease, int64_t t0, int max_ms, const char *what);
+bool lb_redis_key_exists(lb_redis *r, const char *key);
+/* Asserts within timeout_ms that the queue keys of lock (prefix lb:) are
+ * gone and inspect shows no waiter; with and_free, that the lock is free
+ * too. */
+void lb_expect_no_queue(lb_redis *r, lb_client *c, const char *lock, int timeout_ms, bool and_free);
+
 #endif

@@ -18,55 +18,6 @@ static json_t *acq_send(lb_client *c, json_t *id, const char *lock, int wait_ms,
 	                   fair >= 0 ? json_boolean(fair) : NULL);
 }
 
-static json_int_t release(lb_client *c, const char *lease)
-{
-	json_t *r = lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease);
-	lb_expect_ok(r);
-	return lb_int(r, "count");
-}
-
-static json_int_t inspect_waiters(lb_client *c, const char *lock)
-{
-	return lb_int(lb_inspect(c, lock), "waiters");
-}
-
-static void wait_waiters(lb_client *c, const char *lock, json_int_t want, int timeout_ms)
-{
-	int64_t deadline = lb_now_ms() + timeout_ms;
-	json_int_t got;
-	while ((got = inspect_waiters(c, lock)) != want && lb_now_ms() < deadline)
-		lb_sleep_ms(10);
-	cr_assert_eq(got, want, "inspect %s: want waiters %lld, got %lld", lock, (long long)want,
-	             (long long)got);
-}
-
-static void expect_silent(lb_client *c, int ms, const char *what)
-{
-	json_t *m = lb_read_msg(c, ms);
-	cr_assert_null(m, "%s: want no message within %d ms, got %s", what, ms, lb_dump(m));
-}
-
-static bool key_exists(lb_redis *r, const char *key)
-{
-	redisReply *rep = lb_redis_cmd(r, "EXISTS %s", key);
-	cr_assert_eq(rep->type, REDIS_REPLY_INTEGER);
-	return rep->integer != 0;
-}
-
-static void expect_no_queue(lb_redis *r, lb_client *c, const char *lock)
-{
-	static const char *const sfx[] = {"q", "w", "d", "s"};
-	char key[600];
-	int64_t deadline = lb_now_ms() + 1000;
-	for (size_t k = 0; k < 4; k++) {
-		snprintf(key, sizeof(key), "lb:{%s}:%s", lock, sfx[k]);
-		while (key_exists(r, key) && lb_now_ms() < deadline)
-			lb_sleep_ms(20);
-		cr_assert_not(key_exists(r, key), "queue key %s still exists", key);
-	}
-	cr_assert_eq(inspect_waiters(c, lock), 0, "%s", lb_dump(lb_inspect(c, lock)));
-}
-
 /* Waits until one of the n clients (those with pending[k]) gets a
  * message; returns its index and the message in *out. */
 static int next_message(lb_client **c, const bool *pending, int n, int timeout_ms, json_t **out)
@@ -121,8 +72,8 @@ LB_TEST(fairness, fifo_across_brokers_chain_after_chain, 60)
 			pending[k] = true;
 			lb_sleep_ms(50);
 		}
-		wait_waiters(h, "fifo", NFIFO, 2000);
-		cr_assert_eq(release(h, hlease), 0);
+		lb_wait_waiters(h, "fifo", NFIFO, 2000);
+		cr_assert_eq(lb_release(h, hlease), 0);
 		for (int n = 0; n < NFIFO; n++) {
 			json_t *m;
 			int got = next_message(c, pending, NFIFO, 3000, &m);
@@ -141,23 +92,23 @@ LB_TEST(fairness, fifo_across_brokers_chain_after_chain, 60)
 			if (n == NFIFO - 1) {
 				/* the holder queues again before the last releases */
 				json_t *hid = acq_send(h, NULL, "fifo", -1, -1);
-				wait_waiters(h, "fifo", 1, 2000);
-				cr_assert_eq(release(c[got], lb_str(m, "lease")), 0);
+				lb_wait_waiters(h, "fifo", 1, 2000);
+				cr_assert_eq(lb_release(c[got], lb_str(m, "lease")), 0);
 				hg = lb_wait_response(h, hid, 3000);
 				lb_expect_ok(hg);
 				hlease = lb_str(hg, "lease");
 				cr_assert_gt(lb_int(hg, "fence"), last_fence);
 				last_fence = lb_int(hg, "fence");
 			} else {
-				cr_assert_eq(release(c[got], lb_str(m, "lease")), 0);
+				cr_assert_eq(lb_release(c[got], lb_str(m, "lease")), 0);
 			}
 		}
 		for (int k = 0; k < NFIFO; k++)
-			expect_silent(c[k], 0, "after the chain");
+			lb_expect_silent(c[k], 0, "after the chain");
 	}
-	cr_assert_eq(release(h, hlease), 0);
+	cr_assert_eq(lb_release(h, hlease), 0);
 	lb_expect_free(h, "fifo");
-	expect_no_queue(r, h, "fifo");
+	lb_expect_no_queue(r, h, "fifo", 1000, false);
 	lb_end();
 }
 
@@ -182,33 +133,33 @@ LB_TEST(fairness, waiters_leaving_the_head_do_not_block_the_rest, 30)
 	json_t *i3 = acq_send(w3, NULL, "hd", -1, -1);
 	lb_sleep_ms(20);
 	json_t *i4 = acq_send(w4, NULL, "hd", -1, -1);
-	wait_waiters(h, "hd", 4, 2000);
+	lb_wait_waiters(h, "hd", 4, 2000);
 
 	/* the head times out: it leaves at once */
 	lb_expect_err(lb_wait_response(w1, i1, 3000), "timeout");
-	cr_assert_eq(inspect_waiters(h, "hd"), 3);
+	cr_assert_eq(lb_inspect_waiters(h, "hd"), 3);
 	/* the new head is cancelled: it leaves at once */
 	json_t *cn = lb_call(w2, "{s:s, s:s}", "op", "cancel", "target", "c2");
 	cr_assert(lb_bool(cn, "cancelled"), "%s", lb_dump(cn));
 	lb_expect_err(lb_wait_response(w2, i2, 2000), "cancelled");
-	cr_assert_eq(inspect_waiters(h, "hd"), 2);
+	cr_assert_eq(lb_inspect_waiters(h, "hd"), 2);
 
 	/* the next in line is served promptly, then the one after it */
 	int64_t t0 = lb_now_ms();
-	cr_assert_eq(release(h, hl), 0);
+	cr_assert_eq(lb_release(h, hl), 0);
 	json_t *g = lb_wait_response(w3, i3, 2000);
 	cr_assert_lt(lb_now_ms() - t0, 500);
 	lb_expect_ok(g);
-	expect_silent(w4, 100, "w4 behind w3");
+	lb_expect_silent(w4, 100, "w4 behind w3");
 	t0 = lb_now_ms();
-	cr_assert_eq(release(w3, lb_str(g, "lease")), 0);
+	cr_assert_eq(lb_release(w3, lb_str(g, "lease")), 0);
 	g = lb_wait_response(w4, i4, 2000);
 	cr_assert_lt(lb_now_ms() - t0, 500);
 	lb_expect_ok(g);
-	expect_silent(w1, 0, "timed-out waiter");
-	expect_silent(w2, 0, "cancelled waiter");
-	cr_assert_eq(release(w4, lb_str(g, "lease")), 0);
-	expect_no_queue(r, h, "hd");
+	lb_expect_silent(w1, 0, "timed-out waiter");
+	lb_expect_silent(w2, 0, "cancelled waiter");
+	cr_assert_eq(lb_release(w4, lb_str(g, "lease")), 0);
+	lb_expect_no_queue(r, h, "hd", 1000, false);
 	lb_end();
 }
 
@@ -226,14 +177,14 @@ LB_TEST(fairness, dead_broker_waiter_is_dropped_and_fair_false_barges, 40)
 	const char *hl = lb_must_acquire(h, "dead", 30000);
 
 	acq_send(dead, NULL, "dead", -1, -1); /* the head of the queue */
-	wait_waiters(h, "dead", 1, 2000);
+	lb_wait_waiters(h, "dead", 1, 2000);
 	lb_sleep_ms(30);
 	json_t *wid = acq_send(w, NULL, "dead", -1, -1);
-	wait_waiters(h, "dead", 2, 2000);
+	lb_wait_waiters(h, "dead", 2, 2000);
 
 	lb_broker_kill9(a);
 	int64_t t0 = lb_now_ms();
-	cr_assert_eq(release(h, hl), 0);
+	cr_assert_eq(lb_release(h, hl), 0);
 
 	/* While the dead waiter is still in the queue (its heartbeat deadline
 	 * has not passed), a fair try-once does not pass it ... */
@@ -244,7 +195,7 @@ LB_TEST(fairness, dead_broker_waiter_is_dropped_and_fair_false_barges, 40)
 	cr_assert(lb_is_ok(uf), "fair:false on a free lock with a queue: %s (%lld ms after the kill)",
 	          lb_dump(uf), (long long)(lb_now_ms() - t0));
 	cr_assert_lt(lb_now_ms() - t0, 4000, "the checks above must run before the deadline");
-	cr_assert_eq(release(t, lb_str(uf, "lease")), 0);
+	cr_assert_eq(lb_release(t, lb_str(uf, "lease")), 0);
 
 	/* The dead waiter is dropped; the live one gets the lock. */
 	json_t *g = lb_wait_response(w, wid, 10000);
@@ -252,9 +203,9 @@ LB_TEST(fairness, dead_broker_waiter_is_dropped_and_fair_false_barges, 40)
 	lb_expect_ok(g);
 	cr_log_info("granted %lld ms after the head's broker was killed", (long long)dt);
 	cr_assert_leq(dt, 8000, "a dead broker's waiter blocked the lock for %lld ms", (long long)dt);
-	cr_assert_eq(inspect_waiters(h, "dead"), 0);
-	cr_assert_eq(release(w, lb_str(g, "lease")), 0);
-	expect_no_queue(r, h, "dead");
+	cr_assert_eq(lb_inspect_waiters(h, "dead"), 0);
+	cr_assert_eq(lb_release(w, lb_str(g, "lease")), 0);
+	lb_expect_no_queue(r, h, "dead", 1000, false);
 	lb_end();
 }
 
@@ -275,14 +226,14 @@ LB_TEST(fairness, fair_false_waiters_are_woken_on_release, 30)
 	ids[0] = acq_send(c[0], NULL, "ff", -1, 0);
 	ids[1] = acq_send(c[1], NULL, "ff", -1, 1);
 	ids[2] = acq_send(c[2], NULL, "ff", -1, 0);
-	wait_waiters(h, "ff", 3, 2000);
+	lb_wait_waiters(h, "ff", 3, 2000);
 	for (int k = 0; k < 3; k++)
-		expect_silent(c[k], k == 0 ? 300 : 0, "waiting on a held lock, fair or not");
+		lb_expect_silent(c[k], k == 0 ? 300 : 0, "waiting on a held lock, fair or not");
 	/* fair:false does not take a held lock either */
 	lb_client *x = lb_connect(b, LB_TCP);
 	lb_expect_err(lb_wait_response(x, acq_send(x, NULL, "ff", 0, 0), 2000), "timeout");
 	int64_t t0 = lb_now_ms();
-	cr_assert_eq(release(h, hl), 0);
+	cr_assert_eq(lb_release(h, hl), 0);
 	for (int n = 0; n < 3; n++) {
 		json_t *m;
 		int k = next_message(c, pending, 3, 2000, &m);
@@ -293,11 +244,11 @@ LB_TEST(fairness, fair_false_waiters_are_woken_on_release, 30)
 		pending[k] = false;
 		for (int j = 0; j < 3; j++)
 			if (pending[j])
-				expect_silent(c[j], 50, "one holder at a time");
+				lb_expect_silent(c[j], 50, "one holder at a time");
 		t0 = lb_now_ms();
-		cr_assert_eq(release(c[k], lb_str(m, "lease")), 0);
+		cr_assert_eq(lb_release(c[k], lb_str(m, "lease")), 0);
 	}
-	expect_no_queue(r, h, "ff");
+	lb_expect_no_queue(r, h, "ff", 1000, false);
 	lb_end();
 }
 
@@ -382,7 +333,7 @@ LB_TEST(fairness, waiting_does_not_poll_redis, 40)
 	/* two waiters of one lock on one broker: one safety net between them */
 	json_t *i1 = acq_send(w1, NULL, "np", -1, -1);
 	json_t *i2 = acq_send(w2, NULL, "np", -1, -1);
-	wait_waiters(h, "np", 2, 2000);
+	lb_wait_waiters(h, "np", 2, 2000);
 	lb_sleep_ms(300);
 
 	long long e0 = info_field(r, "commandstats", "cmdstat_evalsha:calls=");
@@ -399,19 +350,19 @@ LB_TEST(fairness, waiting_does_not_poll_redis, 40)
 	              evalsha, WAIT_S);
 	cr_assert_leq(mon.top, 2 * WAIT_S, "%lld Redis commands in %d s of waiting:\n%s", mon.top,
 	              WAIT_S, mon.sample);
-	expect_silent(w1, 0, "w1");
-	expect_silent(w2, 0, "w2");
+	lb_expect_silent(w1, 0, "w1");
+	lb_expect_silent(w2, 0, "w2");
 
 	/* and the wake-up still comes at once */
 	int64_t t0 = lb_now_ms();
-	cr_assert_eq(release(h, lb_str(hg, "lease")), 0);
+	cr_assert_eq(lb_release(h, lb_str(hg, "lease")), 0);
 	json_t *g = lb_wait_response(w1, i1, 2000);
 	lb_expect_ok(g);
 	cr_assert_lt(lb_now_ms() - t0, 500);
-	cr_assert_eq(release(w1, lb_str(g, "lease")), 0);
+	cr_assert_eq(lb_release(w1, lb_str(g, "lease")), 0);
 	g = lb_wait_response(w2, i2, 2000);
 	lb_expect_ok(g);
-	cr_assert_eq(release(w2, lb_str(g, "lease")), 0);
-	expect_no_queue(r, h, "np");
+	cr_assert_eq(lb_release(w2, lb_str(g, "lease")), 0);
+	lb_expect_no_queue(r, h, "np", 1000, false);
 	lb_end();
 }

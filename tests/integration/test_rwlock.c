@@ -13,6 +13,7 @@
  * cr_assert: they record what went wrong and the main thread asserts.
  */
 #include "tests/integration/harness.h"
+#include "tests/integration/mclient.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -95,34 +96,6 @@ static json_t *acq_now(lb_client *c, const char *lock, aopt o)
 	return r;
 }
 
-static json_int_t release(lb_client *c, const char *lease)
-{
-	json_t *r = lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease);
-	cr_assert(lb_is_ok(r), "release %s: %s", lease, lb_dump(r));
-	return lb_int(r, "count");
-}
-
-static json_int_t inspect_waiters(lb_client *c, const char *lock)
-{
-	return lb_int(lb_inspect(c, lock), "waiters");
-}
-
-static void wait_waiters(lb_client *c, const char *lock, json_int_t want, int timeout_ms)
-{
-	int64_t deadline = lb_now_ms() + timeout_ms;
-	json_int_t got;
-	while ((got = inspect_waiters(c, lock)) != want && lb_now_ms() < deadline)
-		lb_sleep_ms(10);
-	cr_assert_eq(got, want, "inspect %s: want waiters %lld, got %lld", lock, (long long)want,
-	             (long long)got);
-}
-
-static void expect_silent(lb_client *c, int ms, const char *what)
-{
-	json_t *m = lb_read_msg(c, ms);
-	cr_assert_null(m, "%s: want no message within %d ms, got %s", what, ms, lb_dump(m));
-}
-
 /* Waits for the answer to id, asserts it is a grant of mode with count 1
  * that came within max_ms of t0; returns it. */
 static json_t *expect_grant(lb_client *c, json_t *id, const char *mode, int64_t t0, int max_ms,
@@ -138,46 +111,13 @@ static json_t *expect_grant(lb_client *c, json_t *id, const char *mode, int64_t 
 	return g;
 }
 
-static bool key_exists(lb_redis *r, const char *key)
-{
-	redisReply *rep = lb_redis_cmd(r, "EXISTS %s", key);
-	cr_assert_eq(rep->type, REDIS_REPLY_INTEGER);
-	return rep->integer != 0;
-}
-
-/* The lock is free, nobody waits and no queue key is left in Redis. */
-static void expect_no_queue(lb_redis *r, lb_client *c, const char *lock)
-{
-	static const char *const sfx[] = {"q", "w", "d", "s"};
-	char key[600];
-	int64_t deadline = lb_now_ms() + 2000;
-	while (strcmp(lb_str(lb_inspect(c, lock), "state"), "free") != 0 && lb_now_ms() < deadline)
-		lb_sleep_ms(20);
-	lb_expect_free(c, lock);
-	for (size_t k = 0; k < 4; k++) {
-		snprintf(key, sizeof(key), "lb:{%s}:%s", lock, sfx[k]);
-		while (key_exists(r, key) && lb_now_ms() < deadline)
-			lb_sleep_ms(20);
-		cr_assert_not(key_exists(r, key), "queue key %s still exists", key);
-	}
-	json_t *in = lb_inspect(c, lock);
-	cr_assert_eq(lb_int(in, "waiters"), 0, "%s", lb_dump(in));
-}
-
-static size_t nholders(const json_t *in)
-{
-	json_t *h = lb_get(in, "holders");
-	cr_assert(json_is_array(h), "%s", lb_dump(in));
-	return json_array_size(h);
-}
-
 /* Asserts inspect's state, number of holders and waiters. */
 static json_t *expect_state(lb_client *c, const char *lock, const char *state, size_t holders,
                             json_int_t waiters)
 {
 	json_t *in = lb_inspect(c, lock);
 	cr_assert_str_eq(lb_str(in, "state"), state, "%s", lb_dump(in));
-	cr_assert_eq(nholders(in), holders, "want %zu holders: %s", holders, lb_dump(in));
+	cr_assert_eq(lb_nholders(in), holders, "want %zu holders: %s", holders, lb_dump(in));
 	cr_assert_eq(lb_int(in, "waiters"), waiters, "want %lld waiters: %s", (long long)waiters,
 	             lb_dump(in));
 	return in;
@@ -222,13 +162,13 @@ LB_TEST(rwlock, shared_holders_coexist_exclusive_excludes_everyone, 30)
 	              "timeout");
 	lb_expect_err(acq_call(x, "rw", AO(.mode = "exclusive", .wait_ms = 150, .fair = 1)),
 	              "timeout");
-	cr_assert_eq(release(s[0], lb_str(g2, "lease")), 0);
+	cr_assert_eq(lb_release(s[0], lb_str(g2, "lease")), 0);
 	for (int k = 0; k < 3; k++) {
-		cr_assert_eq(release(s[k], lease[k]), 0);
+		cr_assert_eq(lb_release(s[k], lease[k]), 0);
 		/* not while one shared holder is left */
 		lb_expect_err(acq_call(x, "rw", AO(.wait_ms = 0, .fair = k % 2)), "timeout");
 	}
-	cr_assert_eq(release(s[3], lease[3]), 0);
+	cr_assert_eq(lb_release(s[3], lease[3]), 0);
 
 	/* an exclusive holder excludes everyone: shared and exclusive, fair or not */
 	json_t *xg = acq_now(x, "rw", AO(.mode = "exclusive", .ttl_ms = 20000));
@@ -245,15 +185,15 @@ LB_TEST(rwlock, shared_holders_coexist_exclusive_excludes_everyone, 30)
 	/* the same session but another owner is not let in either */
 	lb_expect_err(acq_call(x, "rw", AO(.mode = "shared", .owner = "o2", .wait_ms = 0)),
 	              "timeout");
-	cr_assert_eq(release(x, lb_str(xg, "lease")), 0);
+	cr_assert_eq(lb_release(x, lb_str(xg, "lease")), 0);
 
 	/* free again: shared on both brokers */
 	json_t *ga = acq_now(s[0], "rw", AO(.mode = "shared"));
 	json_t *gb = acq_now(s[1], "rw", AO(.mode = "shared", .fair = 0));
 	expect_state(x, "rw", "shared", 2, 0);
-	cr_assert_eq(release(s[0], lb_str(ga, "lease")), 0);
-	cr_assert_eq(release(s[1], lb_str(gb, "lease")), 0);
-	expect_no_queue(r, x, "rw");
+	cr_assert_eq(lb_release(s[0], lb_str(ga, "lease")), 0);
+	cr_assert_eq(lb_release(s[1], lb_str(gb, "lease")), 0);
+	lb_expect_no_queue(r, x, "rw", 2000, true);
 	lb_end();
 }
 
@@ -279,46 +219,46 @@ LB_TEST(rwlock, fair_queue_grants_consecutive_shared_together_in_order, 40)
 	json_t *ix = acq_send(x2, "fq", AO(.mode = "exclusive"));
 	lb_sleep_ms(30);
 	json_t *i3 = acq_send(s3, "fq", AO(.mode = "shared"));
-	wait_waiters(h, "fq", 4, 2000);
-	expect_silent(s1, 100, "S1 behind the exclusive holder");
+	lb_wait_waiters(h, "fq", 4, 2000);
+	lb_expect_silent(s1, 100, "S1 behind the exclusive holder");
 
 	/* release X: S1 and S2 (on two brokers) together, not X2, not S3 */
 	int64_t t0 = lb_now_ms();
-	cr_assert_eq(release(h, lb_str(hg, "lease")), 0);
+	cr_assert_eq(lb_release(h, lb_str(hg, "lease")), 0);
 	json_t *g1 = expect_grant(s1, i1, "shared", t0, 300, "S1 after X's release");
 	json_t *g2 = expect_grant(s2, i2, "shared", t0, 300, "S2 (other broker) with S1");
 	cr_assert_gt(lb_int(g2, "fence"), lb_int(hg, "fence"));
 	cr_assert_neq(lb_int(g1, "fence"), lb_int(g2, "fence"), "every grant has its own fence");
-	expect_silent(x2, 300, "X2 while S1 and S2 hold");
-	expect_silent(s3, 0, "S3 behind X2");
+	lb_expect_silent(x2, 300, "X2 while S1 and S2 hold");
+	lb_expect_silent(s3, 0, "S3 behind X2");
 	expect_state(h, "fq", "shared", 2, 2);
 	/* a newcomer shared request does not pass X2 either */
 	lb_expect_err(acq_call(late, "fq", AO(.mode = "shared", .wait_ms = 0)), "timeout");
 	lb_expect_err(acq_call(late, "fq", AO(.mode = "shared", .wait_ms = 200)), "timeout");
 
 	/* release S1: nothing new */
-	cr_assert_eq(release(s1, lb_str(g1, "lease")), 0);
-	expect_silent(x2, 300, "X2 while S2 still holds");
-	expect_silent(s3, 0, "S3 after S1's release");
+	cr_assert_eq(lb_release(s1, lb_str(g1, "lease")), 0);
+	lb_expect_silent(x2, 300, "X2 while S2 still holds");
+	lb_expect_silent(s3, 0, "S3 after S1's release");
 	expect_state(h, "fq", "shared", 1, 2);
 
 	/* release S2: X2 */
 	t0 = lb_now_ms();
-	cr_assert_eq(release(s2, lb_str(g2, "lease")), 0);
+	cr_assert_eq(lb_release(s2, lb_str(g2, "lease")), 0);
 	json_t *gx = expect_grant(x2, ix, "exclusive", t0, 500, "X2 after S2's release");
 	cr_assert_gt(lb_int(gx, "fence"), lb_int(g2, "fence"));
 	cr_assert_gt(lb_int(gx, "fence"), lb_int(g1, "fence"));
-	expect_silent(s3, 300, "S3 while X2 holds");
+	lb_expect_silent(s3, 300, "S3 while X2 holds");
 	expect_state(h, "fq", "exclusive", 1, 1);
 
 	/* release X2: S3 */
 	t0 = lb_now_ms();
-	cr_assert_eq(release(x2, lb_str(gx, "lease")), 0);
+	cr_assert_eq(lb_release(x2, lb_str(gx, "lease")), 0);
 	json_t *g3 = expect_grant(s3, i3, "shared", t0, 500, "S3 after X2's release");
 	cr_assert_gt(lb_int(g3, "fence"), lb_int(gx, "fence"));
 	expect_state(h, "fq", "shared", 1, 0);
-	cr_assert_eq(release(s3, lb_str(g3, "lease")), 0);
-	expect_no_queue(r, h, "fq");
+	cr_assert_eq(lb_release(s3, lb_str(g3, "lease")), 0);
+	lb_expect_no_queue(r, h, "fq", 2000, true);
 	lb_end();
 }
 
@@ -338,50 +278,50 @@ LB_TEST(rwlock, one_release_wakes_a_whole_shared_batch_across_brokers, 40)
 	/* a shared holder; queue: X1, S0..S4 (both brokers), X2 */
 	json_t *hg = acq_now(h, "batch", AO(.mode = "shared"));
 	json_t *ix1 = acq_send(x1, "batch", AO(.mode = "exclusive"));
-	wait_waiters(h, "batch", 1, 2000);
+	lb_wait_waiters(h, "batch", 1, 2000);
 	lb_sleep_ms(25);
 	for (int k = 0; k < NS; k++) {
 		ids[k] = acq_send(s[k], "batch", AO(.mode = "shared", .fair = 1));
 		lb_sleep_ms(25);
 	}
 	json_t *ix2 = acq_send(x2, "batch", AO());
-	wait_waiters(h, "batch", NS + 2, 2000);
+	lb_wait_waiters(h, "batch", NS + 2, 2000);
 	/* no reader starvation of the writer: S0..S4 do not join the shared holder */
 	for (int k = 0; k < NS; k++)
-		expect_silent(s[k], k == 0 ? 200 : 0, "shared waiter behind X1");
-	expect_silent(x1, 0, "X1 while the shared holder holds");
+		lb_expect_silent(s[k], k == 0 ? 200 : 0, "shared waiter behind X1");
+	lb_expect_silent(x1, 0, "X1 while the shared holder holds");
 
 	int64_t t0 = lb_now_ms();
-	cr_assert_eq(release(h, lb_str(hg, "lease")), 0);
+	cr_assert_eq(lb_release(h, lb_str(hg, "lease")), 0);
 	json_t *gx1 = expect_grant(x1, ix1, "exclusive", t0, 500, "X1 after the shared holder");
 	for (int k = 0; k < NS; k++)
-		expect_silent(s[k], k == 0 ? 200 : 0, "shared waiter while X1 holds");
+		lb_expect_silent(s[k], k == 0 ? 200 : 0, "shared waiter while X1 holds");
 
 	/* one release wakes the whole batch, on both brokers; X2 stays behind */
 	t0 = lb_now_ms();
-	cr_assert_eq(release(x1, lb_str(gx1, "lease")), 0);
+	cr_assert_eq(lb_release(x1, lb_str(gx1, "lease")), 0);
 	json_t *g[NS];
 	for (int k = 0; k < NS; k++) {
 		g[k] = expect_grant(s[k], ids[k], "shared", t0, 400, "shared waiter of the batch");
 		cr_assert_gt(lb_int(g[k], "fence"), lb_int(gx1, "fence"));
 	}
-	expect_silent(x2, 300, "X2 while the batch holds");
+	lb_expect_silent(x2, 300, "X2 while the batch holds");
 	expect_state(h, "batch", "shared", NS, 1);
 	/* no writer starvation: a new shared request waits behind X2 */
 	json_t *il = acq_send(h, "batch", AO(.mode = "shared"));
-	wait_waiters(h, "batch", 2, 2000);
+	lb_wait_waiters(h, "batch", 2, 2000);
 	for (int k = 0; k < NS - 1; k++)
-		cr_assert_eq(release(s[k], lb_str(g[k], "lease")), 0);
-	expect_silent(x2, 200, "X2 while one of the batch holds");
+		cr_assert_eq(lb_release(s[k], lb_str(g[k], "lease")), 0);
+	lb_expect_silent(x2, 200, "X2 while one of the batch holds");
 	t0 = lb_now_ms();
-	cr_assert_eq(release(s[NS - 1], lb_str(g[NS - 1], "lease")), 0);
+	cr_assert_eq(lb_release(s[NS - 1], lb_str(g[NS - 1], "lease")), 0);
 	json_t *gx2 = expect_grant(x2, ix2, "exclusive", t0, 500, "X2 after the batch");
-	expect_silent(h, 200, "the late shared request behind X2");
+	lb_expect_silent(h, 200, "the late shared request behind X2");
 	t0 = lb_now_ms();
-	cr_assert_eq(release(x2, lb_str(gx2, "lease")), 0);
+	cr_assert_eq(lb_release(x2, lb_str(gx2, "lease")), 0);
 	json_t *gl = expect_grant(h, il, "shared", t0, 500, "the late shared request after X2");
-	cr_assert_eq(release(h, lb_str(gl, "lease")), 0);
-	expect_no_queue(r, h, "batch");
+	cr_assert_eq(lb_release(h, lb_str(gl, "lease")), 0);
+	lb_expect_no_queue(r, h, "batch", 2000, true);
 	lb_end();
 }
 
@@ -401,11 +341,11 @@ LB_TEST(rwlock, waiting_exclusive_blocks_new_shared_holders_in_both_fair_modes, 
 		/* with only shared holders, a shared request joins them, fair or not */
 		for (int k = 0; k < 2; k++) {
 			json_t *g = acq_now(n[k], "door", AO(.mode = "shared", .fair = k));
-			cr_assert_eq(release(n[k], lb_str(g, "lease")), 0);
+			cr_assert_eq(lb_release(n[k], lb_str(g, "lease")), 0);
 		}
 		/* an exclusive request waits (fair or not) ... */
 		json_t *iw = acq_send(w, "door", AO(.mode = "exclusive", .fair = wfair));
-		wait_waiters(h, "door", 1, 2000);
+		lb_wait_waiters(h, "door", 1, 2000);
 		/* ... and no new shared holder gets in meanwhile, fair or not, on
 		 * either broker */
 		for (int k = 0; k < 2; k++)
@@ -422,58 +362,47 @@ LB_TEST(rwlock, waiting_exclusive_blocks_new_shared_holders_in_both_fair_modes, 
 		          wfair, lb_dump(t));
 		/* a waiting unfair shared request does not overtake the writer */
 		json_t *is = acq_send(n[1], "door", AO(.mode = "shared", .fair = 0));
-		wait_waiters(h, "door", 2, 2000);
-		expect_silent(n[1], 200, "unfair shared waiter behind a waiting exclusive one");
+		lb_wait_waiters(h, "door", 2, 2000);
+		lb_expect_silent(n[1], 200, "unfair shared waiter behind a waiting exclusive one");
 		expect_state(h, "door", "shared", 1, 2);
 		int64_t t0 = lb_now_ms();
-		cr_assert_eq(release(h, lb_str(hg, "lease")), 0);
+		cr_assert_eq(lb_release(h, lb_str(hg, "lease")), 0);
 		json_t *gw = expect_grant(w, iw, "exclusive", t0, 500, "the exclusive waiter");
-		expect_silent(n[1], 200, "shared waiter while the writer holds");
+		lb_expect_silent(n[1], 200, "shared waiter while the writer holds");
 		t0 = lb_now_ms();
-		cr_assert_eq(release(w, lb_str(gw, "lease")), 0);
+		cr_assert_eq(lb_release(w, lb_str(gw, "lease")), 0);
 		json_t *gs = expect_grant(n[1], is, "shared", t0, 500, "shared waiter after the writer");
-		cr_assert_eq(release(n[1], lb_str(gs, "lease")), 0);
-		expect_no_queue(r, h, "door");
+		cr_assert_eq(lb_release(n[1], lb_str(gs, "lease")), 0);
+		lb_expect_no_queue(r, h, "door", 2000, true);
 	}
 
 	/* the door opens again when the exclusive waiter gives up */
 	json_t *hg = acq_now(h, "door", AO(.mode = "shared"));
 	json_t *iw = acq_send(w, "door", AO(.mode = "exclusive", .wait_ms = 400, .fair = 0));
-	wait_waiters(h, "door", 1, 2000);
+	lb_wait_waiters(h, "door", 1, 2000);
 	lb_expect_err(acq_call(n[0], "door", AO(.mode = "shared", .wait_ms = 0, .fair = 0)),
 	              "timeout");
 	lb_expect_err(lb_wait_response(w, iw, 3000), "timeout");
-	wait_waiters(h, "door", 0, 1000);
+	lb_wait_waiters(h, "door", 0, 1000);
 	for (int k = 0; k < 2; k++) {
 		json_t *g = acq_now(n[k], "door", AO(.mode = "shared", .fair = k));
-		cr_assert_eq(release(n[k], lb_str(g, "lease")), 0);
+		cr_assert_eq(lb_release(n[k], lb_str(g, "lease")), 0);
 	}
 	/* and when it disconnects while waiting */
 	acq_send(w, "door", AO(.mode = "exclusive", .fair = 0));
-	wait_waiters(h, "door", 1, 2000);
+	lb_wait_waiters(h, "door", 1, 2000);
 	lb_expect_err(acq_call(n[1], "door", AO(.mode = "shared", .wait_ms = 0, .fair = 0)),
 	              "timeout");
 	lb_close(w);
-	wait_waiters(h, "door", 0, 1000);
+	lb_wait_waiters(h, "door", 0, 1000);
 	json_t *g = acq_now(n[1], "door", AO(.mode = "shared", .fair = 0));
-	cr_assert_eq(release(n[1], lb_str(g, "lease")), 0);
-	cr_assert_eq(release(h, lb_str(hg, "lease")), 0);
-	expect_no_queue(r, h, "door");
+	cr_assert_eq(lb_release(n[1], lb_str(g, "lease")), 0);
+	cr_assert_eq(lb_release(h, lb_str(hg, "lease")), 0);
+	lb_expect_no_queue(r, h, "door", 2000, true);
 	lb_end();
 }
 
 /* ---- 4. individual TTLs ------------------------------------------------------------ */
-
-static void expect_lost(lb_client *c, const char *lease, int64_t t0, int max_ms, const char *what)
-{
-	json_t *ev = lb_next_event(c, max_ms + 1000);
-	int64_t dt = lb_now_ms() - t0;
-	cr_assert_not_null(ev, "%s: no lost event", what);
-	cr_assert_str_eq(lb_str(ev, "event"), "lost", "%s: %s", what, lb_dump(ev));
-	cr_assert_str_eq(lb_str(ev, "lease"), lease, "%s: %s", what, lb_dump(ev));
-	cr_assert_str_eq(lb_str(ev, "reason"), "expired", "%s: %s", what, lb_dump(ev));
-	cr_assert_leq(dt, max_ms, "%s: lost after %lld ms", what, (long long)dt);
-}
 
 LB_TEST(rwlock, every_holder_has_its_own_ttl, 40)
 {
@@ -496,10 +425,10 @@ LB_TEST(rwlock, every_holder_has_its_own_ttl, 40)
 	cr_assert_eq(lb_int(g2, "ttl_ms"), 300);
 	cr_assert_eq(lb_int(g3, "ttl_ms"), 30000);
 	json_t *ix = acq_send(x, "ttl", AO(.mode = "exclusive"));
-	wait_waiters(obs, "ttl", 1, 2000);
+	lb_wait_waiters(obs, "ttl", 1, 2000);
 
 	/* S1 expires alone */
-	expect_lost(c1, lb_str(g1, "lease"), t1, 1400, "S1 (watchdog false, ttl 400)");
+	lb_expect_lost(c1, lb_str(g1, "lease"), t1, 1400, "S1 (watchdog false, ttl 400)");
 	lb_expect_err(lb_call(c1, "{s:s, s:s}", "op", "release", "lease", lb_str(g1, "lease")),
 	              "not_held");
 	lb_sleep_ms(600); /* S2 needs several renewals by now */
@@ -516,36 +445,36 @@ LB_TEST(rwlock, every_holder_has_its_own_ttl, 40)
 	}
 	cr_assert(seen_short && seen_long, "want S2 (ttl <= 300) and S3 (ttl ~30000): %s",
 	          lb_dump(in));
-	expect_silent(c2, 0, "S2 is renewed by the watchdog");
-	expect_silent(c3, 0, "S3 has a long TTL");
-	expect_silent(x, 0, "the exclusive waiter while S2 and S3 hold");
+	lb_expect_silent(c2, 0, "S2 is renewed by the watchdog");
+	lb_expect_silent(c3, 0, "S3 has a long TTL");
+	lb_expect_silent(x, 0, "the exclusive waiter while S2 and S3 hold");
 
 	/* S3 shortened by extend: it expires, S2 stays */
 	int64_t t3 = lb_now_ms();
 	json_t *e = lb_call(c3, "{s:s, s:s, s:i}", "op", "extend", "lease", lb_str(g3, "lease"),
 	                    "ttl_ms", 200);
 	lb_expect_ok(e);
-	expect_lost(c3, lb_str(g3, "lease"), t3, 1200, "S3 after extend to 200 ms");
+	lb_expect_lost(c3, lb_str(g3, "lease"), t3, 1200, "S3 after extend to 200 ms");
 	expect_state(obs, "ttl", "shared", 1, 1);
-	expect_silent(x, 300, "the exclusive waiter while S2 holds");
-	expect_silent(c2, 0, "S2 is renewed by the watchdog");
+	lb_expect_silent(x, 300, "the exclusive waiter while S2 holds");
+	lb_expect_silent(c2, 0, "S2 is renewed by the watchdog");
 
 	/* X waits for S2 only */
 	int64_t t0 = lb_now_ms();
-	cr_assert_eq(release(c2, lb_str(g2, "lease")), 0);
+	cr_assert_eq(lb_release(c2, lb_str(g2, "lease")), 0);
 	json_t *gx = expect_grant(x, ix, "exclusive", t0, 500, "X after S2's release");
 
 	/* an expiring exclusive holder hands over to the next batch of readers */
-	cr_assert_eq(release(x, lb_str(gx, "lease")), 0);
+	cr_assert_eq(lb_release(x, lb_str(gx, "lease")), 0);
 	int64_t tx = lb_now_ms();
 	gx = acq_now(x, "ttl", AO(.mode = "exclusive", .ttl_ms = 300, .watchdog = 0));
 	json_t *i1 = acq_send(c1, "ttl", AO(.mode = "shared", .ttl_ms = 300, .watchdog = 0));
 	lb_sleep_ms(20);
 	json_t *i2 = acq_send(c2, "ttl", AO(.mode = "shared"));
-	wait_waiters(obs, "ttl", 2, 1000);
+	lb_wait_waiters(obs, "ttl", 2, 1000);
 	g1 = expect_grant(c1, i1, "shared", tx, 1500, "S1' after X's expiry");
 	g2 = expect_grant(c2, i2, "shared", tx, 1500, "S2' after X's expiry");
-	expect_lost(x, lb_str(gx, "lease"), tx, 1500, "X (watchdog false, ttl 300)");
+	lb_expect_lost(x, lb_str(gx, "lease"), tx, 1500, "X (watchdog false, ttl 300)");
 	/* and S1' expires again while S2' stays */
 	json_t *ev = lb_next_event(c1, 1500);
 	cr_assert_not_null(ev, "S1' did not expire");
@@ -553,9 +482,9 @@ LB_TEST(rwlock, every_holder_has_its_own_ttl, 40)
 	cr_assert_str_eq(lb_str(ev, "lease"), lb_str(g1, "lease"), "%s", lb_dump(ev));
 	lb_sleep_ms(300);
 	expect_state(obs, "ttl", "shared", 1, 0);
-	expect_silent(c2, 0, "S2' is renewed by the watchdog");
-	cr_assert_eq(release(c2, lb_str(g2, "lease")), 0);
-	expect_no_queue(r, obs, "ttl");
+	lb_expect_silent(c2, 0, "S2' is renewed by the watchdog");
+	cr_assert_eq(lb_release(c2, lb_str(g2, "lease")), 0);
+	lb_expect_no_queue(r, obs, "ttl", 2000, true);
 	lb_end();
 }
 
@@ -603,16 +532,16 @@ LB_TEST(rwlock, reentrancy_with_owner_and_upgrade_unsupported, 40)
 	lb_expect_err(acq_call(d, "re", AO(.owner = "t1", .wait_ms = 0)), "timeout");
 	/* a reentrant acquire does not wait behind a queued waiter */
 	json_t *iw = acq_send(d, "re", AO(.mode = "shared"));
-	wait_waiters(o, "re", 1, 2000);
+	lb_wait_waiters(o, "re", 1, 2000);
 	json_t *g4 = acq_call(c, "re", AO(.owner = "t1", .wait_ms = 0));
 	cr_assert(lb_is_ok(g4), "reentrant exclusive with a queued waiter: %s", lb_dump(g4));
 	cr_assert_eq(lb_int(g4, "count"), 4);
 	for (json_int_t k = 3; k >= 1; k--) {
-		cr_assert_eq(release(c, l), k);
-		expect_silent(d, 0, "waiter while the reentrant holder still holds");
+		cr_assert_eq(lb_release(c, l), k);
+		lb_expect_silent(d, 0, "waiter while the reentrant holder still holds");
 	}
 	int64_t t0 = lb_now_ms();
-	cr_assert_eq(release(c, l), 0);
+	cr_assert_eq(lb_release(c, l), 0);
 	json_t *gd = expect_grant(d, iw, "shared", t0, 500, "waiter after the last release");
 	lb_expect_err(lb_call(c, "{s:s, s:s}", "op", "release", "lease", l), "not_held");
 
@@ -650,23 +579,23 @@ LB_TEST(rwlock, reentrancy_with_owner_and_upgrade_unsupported, 40)
 	lb_expect_err(acq_call(c, "re", AO(.owner = "t2", .wait_ms = 200)), "timeout");
 	/* reentrant shared does not wait behind a queued exclusive waiter */
 	json_t *ix = acq_send(o, "re", AO(.mode = "exclusive"));
-	wait_waiters(d, "re", 1, 2000);
+	lb_wait_waiters(d, "re", 1, 2000);
 	g3 = acq_call(c, "re", AO(.mode = "shared", .owner = "t1", .wait_ms = 0));
 	cr_assert(lb_is_ok(g3), "reentrant shared with an exclusive waiter queued: %s", lb_dump(g3));
 	cr_assert_eq(lb_int(g3, "count"), 3);
 	cr_assert_str_eq(lb_str(g3, "lease"), l);
-	cr_assert_eq(release(c, l), 2);
-	cr_assert_eq(release(c, l), 1);
-	cr_assert_eq(release(d, lb_str(gd, "lease")), 0);
-	expect_silent(o, 200, "exclusive waiter while t1 holds shared");
+	cr_assert_eq(lb_release(c, l), 2);
+	cr_assert_eq(lb_release(c, l), 1);
+	cr_assert_eq(lb_release(d, lb_str(gd, "lease")), 0);
+	lb_expect_silent(o, 200, "exclusive waiter while t1 holds shared");
 	t0 = lb_now_ms();
-	cr_assert_eq(release(c, l), 0);
+	cr_assert_eq(lb_release(c, l), 0);
 	json_t *gx = expect_grant(o, ix, "exclusive", t0, 500, "exclusive waiter");
 
 	/* a PENDING shared acquire then exclusive, same session and owner:
 	 * upgrade_unsupported at once as well */
 	json_t *ip = acq_send(c, "re", AO(.mode = "shared", .owner = "t3"));
-	wait_waiters(d, "re", 1, 2000);
+	lb_wait_waiters(d, "re", 1, 2000);
 	t0 = lb_now_ms();
 	json_t *up = acq_call(c, "re", AO(.mode = "exclusive", .owner = "t3"));
 	cr_assert(lb_is_err(up, "upgrade_unsupported"),
@@ -675,11 +604,11 @@ LB_TEST(rwlock, reentrancy_with_owner_and_upgrade_unsupported, 40)
 	expect_state(d, "re", "exclusive", 1, 1);
 	/* the pending shared acquire goes on and is granted */
 	t0 = lb_now_ms();
-	cr_assert_eq(release(o, lb_str(gx, "lease")), 0);
+	cr_assert_eq(lb_release(o, lb_str(gx, "lease")), 0);
 	json_t *gp = expect_grant(c, ip, "shared", t0, 500, "the pending shared acquire");
-	expect_silent(c, 100, "no more answers");
-	cr_assert_eq(release(c, lb_str(gp, "lease")), 0);
-	expect_no_queue(r, o, "re");
+	lb_expect_silent(c, 100, "no more answers");
+	cr_assert_eq(lb_release(c, lb_str(gp, "lease")), 0);
+	lb_expect_no_queue(r, o, "re", 2000, true);
 	lb_end();
 }
 
@@ -707,7 +636,7 @@ LB_TEST(rwlock, inspect_shows_holders_modes_ttls_and_waiters, 30)
 	json_t *i2 = acq_send(w2, "ins", AO(.mode = "shared"));
 	lb_sleep_ms(20);
 	json_t *i3 = acq_send(w3, "ins", AO(.mode = "exclusive"));
-	wait_waiters(c1, "ins", 3, 2000);
+	lb_wait_waiters(c1, "ins", 3, 2000);
 
 	for (int k = 0; k < 2; k++) {
 		json_t *in = expect_state(k ? c2 : w1, "ins", "shared", 2, 3);
@@ -735,22 +664,22 @@ LB_TEST(rwlock, inspect_shows_holders_modes_ttls_and_waiters, 30)
 		}
 		cr_assert_eq(seen, 3, "%s", lb_dump(in));
 	}
-	cr_assert_eq(release(c1, lb_str(g1, "lease")), 0);
-	cr_assert_eq(release(c2, lb_str(g2, "lease")), 0);
+	cr_assert_eq(lb_release(c1, lb_str(g1, "lease")), 0);
+	cr_assert_eq(lb_release(c2, lb_str(g2, "lease")), 0);
 	json_t *gw1 = expect_grant(w1, i1, "exclusive", lb_now_ms(), 500, "W1");
 	json_t *in = expect_state(c1, "ins", "exclusive", 1, 2);
 	json_t *hd = json_array_get(lb_get(in, "holders"), 0);
 	cr_assert_str_eq(lb_str(hd, "mode"), "exclusive", "%s", lb_dump(in));
 	cr_assert(lb_int(hd, "ttl_ms") > 0 && lb_int(hd, "ttl_ms") <= 30000, "%s", lb_dump(in));
 	cr_assert_eq(lb_int(in, "fence"), lb_int(gw1, "fence"), "%s", lb_dump(in));
-	cr_assert_eq(release(w1, lb_str(gw1, "lease")), 0);
+	cr_assert_eq(lb_release(w1, lb_str(gw1, "lease")), 0);
 	json_t *gw2 = expect_grant(w2, i2, "shared", lb_now_ms(), 500, "W2");
 	expect_state(c1, "ins", "shared", 1, 1);
-	cr_assert_eq(release(w2, lb_str(gw2, "lease")), 0);
+	cr_assert_eq(lb_release(w2, lb_str(gw2, "lease")), 0);
 	json_t *gw3 = expect_grant(w3, i3, "exclusive", lb_now_ms(), 500, "W3");
 	expect_state(c1, "ins", "exclusive", 1, 0);
-	cr_assert_eq(release(w3, lb_str(gw3, "lease")), 0);
-	expect_no_queue(r, c1, "ins");
+	cr_assert_eq(lb_release(w3, lb_str(gw3, "lease")), 0);
+	lb_expect_no_queue(r, c1, "ins", 2000, true);
 	lb_end();
 }
 
@@ -760,123 +689,6 @@ LB_TEST(rwlock, inspect_shows_holders_modes_ttls_and_waiters, 30)
 #define RUN_MS 4000
 #define MAX_LOG 20000
 #define SLOCK "rwsafe"
-
-typedef struct {
-	int fd;
-	char buf[65536];
-	size_t len;
-	char last_event[512];
-} mclient;
-
-static int mc_connect(mclient *c, int port, const char *unix_path)
-{
-	c->len = 0;
-	if (unix_path) {
-		struct sockaddr_un a = {.sun_family = AF_UNIX};
-		snprintf(a.sun_path, sizeof(a.sun_path), "%s", unix_path);
-		c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (c->fd < 0)
-			return -1;
-		if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) != 0)
-			goto fail;
-	} else {
-		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		int one = 1;
-		c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (c->fd < 0)
-			return -1;
-		if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) != 0)
-			goto fail;
-		setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	}
-	return 0;
-fail:
-	close(c->fd);
-	c->fd = -1;
-	return -1;
-}
-
-static void mc_close(mclient *c)
-{
-	if (c->fd >= 0)
-		close(c->fd);
-	c->fd = -1;
-	c->len = 0;
-}
-
-static bool mc_send(mclient *c, const char *line)
-{
-	size_t n = strlen(line);
-	while (n > 0) {
-		ssize_t w = send(c->fd, line, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return false;
-		line += w;
-		n -= (size_t)w;
-	}
-	return true;
-}
-
-/* Reads the response to the integer id (events are skipped, the last one
- * kept). NULL on timeout, close or garbage. The caller decrefs. */
-static json_t *mc_wait(mclient *c, json_int_t id, int timeout_ms)
-{
-	int64_t deadline = lb_now_ms() + timeout_ms;
-	for (;;) {
-		char *nl = memchr(c->buf, '\n', c->len);
-		if (nl) {
-			*nl = '\0';
-			json_t *m = json_loads(c->buf, 0, NULL);
-			size_t used = (size_t)(nl - c->buf) + 1;
-			memmove(c->buf, c->buf + used, c->len - used);
-			c->len -= used;
-			if (!m)
-				return NULL;
-			json_t *mid = json_object_get(m, "id");
-			if (json_is_integer(mid) && json_integer_value(mid) == id)
-				return m;
-			if (json_object_get(m, "event")) {
-				char *d = json_dumps(m, JSON_COMPACT);
-				if (d)
-					snprintf(c->last_event, sizeof(c->last_event), "%s", d);
-				free(d);
-			}
-			json_decref(m);
-			continue;
-		}
-		int64_t left = deadline - lb_now_ms();
-		if (left <= 0 || c->len == sizeof(c->buf))
-			return NULL;
-		struct pollfd p = {.fd = c->fd, .events = POLLIN};
-		int pr = poll(&p, 1, (int)left);
-		if (pr < 0 && errno == EINTR)
-			continue;
-		if (pr <= 0)
-			return NULL;
-		ssize_t n = recv(c->fd, c->buf + c->len, sizeof(c->buf) - c->len, 0);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return NULL;
-		c->len += (size_t)n;
-	}
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static unsigned rnd(unsigned *s)
-{
-	*s = *s * 1103515245u + 12345u;
-	return (*s >> 16) & 0x7fff;
-}
 
 typedef struct {
 	int64_t enter_ns, exit_ns;
@@ -915,14 +727,14 @@ static void *worker(void *arg)
 	while (lb_now_ms() < w->end_ms) {
 		if (c.fd < 0 && mc_connect(&c, w->port, w->unix_path) != 0)
 			FAIL("thread %d: cannot connect to the broker: %s", w->index, strerror(errno));
-		bool excl = rnd(&w->seed) % 100 < 35;
-		bool fair = rnd(&w->seed) % 4 != 0;
-		unsigned dice = rnd(&w->seed) % 20;
+		bool excl = mc_rand(&w->seed) % 100 < 35;
+		bool fair = mc_rand(&w->seed) % 4 != 0;
+		unsigned dice = mc_rand(&w->seed) % 20;
 		bool short_wait = dice < 3;
 		char line[512], waitf[64] = "";
 		id++;
 		if (short_wait)
-			snprintf(waitf, sizeof(waitf), ",\"wait_ms\":%u", rnd(&w->seed) % 15);
+			snprintf(waitf, sizeof(waitf), ",\"wait_ms\":%u", mc_rand(&w->seed) % 15);
 		snprintf(line, sizeof(line),
 		         "{\"id\":%lld,\"op\":\"acquire\",\"lock\":\"" SLOCK
 		         "\",\"mode\":\"%s\",\"fair\":%s,\"ttl_ms\":10000%s}\n",
@@ -955,7 +767,7 @@ static void *worker(void *arg)
 			goto out;
 		}
 		/* inside the critical section */
-		int64_t enter = now_ns();
+		int64_t enter = mc_now_ns();
 		if (excl) {
 			int wb = atomic_fetch_add(&writers_in, 1);
 			if (wb != 0 || atomic_load(&readers_in) != 0)
@@ -973,12 +785,12 @@ static void *worker(void *arg)
 		         json_string_value(json_object_get(resp, "lease")) ?: "");
 		bool mode_ok = mode && strcmp(mode, excl ? "exclusive" : "shared") == 0;
 		json_decref(resp);
-		usleep(500 + rnd(&w->seed) % 1000);
+		usleep(500 + mc_rand(&w->seed) % 1000);
 		if (excl)
 			atomic_fetch_sub(&writers_in, 1);
 		else
 			atomic_fetch_sub(&readers_in, 1);
-		int64_t exit_ = now_ns();
+		int64_t exit_ = mc_now_ns();
 		pthread_mutex_lock(&log_mu);
 		if (nlog < MAX_LOG)
 			ilog[nlog++] = (interval_t){enter, exit_, fence, excl, w->index};
@@ -991,7 +803,7 @@ static void *worker(void *arg)
 			FAIL("thread %d: fresh %s acquire answered count %lld mode %s", w->index,
 			     excl ? "exclusive" : "shared", (long long)count, mode ? mode : "?");
 
-		if (rnd(&w->seed) % 12 == 0) {
+		if (mc_rand(&w->seed) % 12 == 0) {
 			/* abrupt disconnect while holding */
 			mc_close(&c);
 			w->aborts++;
@@ -1118,7 +930,7 @@ LB_TEST(rwlock, safety_exclusive_never_overlaps_under_mixed_workload, 60)
 
 	/* everything ended: free, no waiter, no queue key in Redis */
 	lb_client *c = lb_connect(br[0], LB_TCP);
-	expect_no_queue(r, c, SLOCK);
+	lb_expect_no_queue(r, c, SLOCK, 2000, true);
 	for (int k = 0; k < 2; k++) {
 		lb_client *s = lb_connect(br[k], LB_UNIX);
 		json_t *st = lb_stats(s);

@@ -13,6 +13,7 @@
  * cr_assert: they record what went wrong and the main thread asserts.
  */
 #include "tests/integration/harness.h"
+#include "tests/integration/mclient.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -100,34 +101,6 @@ static json_t *permit_now(lb_client *c, const char *lock, aopt o)
 	return r;
 }
 
-static json_int_t release(lb_client *c, const char *lease)
-{
-	json_t *r = lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease);
-	cr_assert(lb_is_ok(r), "release %s: %s", lease, lb_dump(r));
-	return lb_int(r, "count");
-}
-
-static json_int_t inspect_waiters(lb_client *c, const char *lock)
-{
-	return lb_int(lb_inspect(c, lock), "waiters");
-}
-
-static void wait_waiters(lb_client *c, const char *lock, json_int_t want, int timeout_ms)
-{
-	int64_t deadline = lb_now_ms() + timeout_ms;
-	json_int_t got;
-	while ((got = inspect_waiters(c, lock)) != want && lb_now_ms() < deadline)
-		lb_sleep_ms(10);
-	cr_assert_eq(got, want, "inspect %s: want waiters %lld, got %lld", lock, (long long)want,
-	             (long long)got);
-}
-
-static void expect_silent(lb_client *c, int ms, const char *what)
-{
-	json_t *m = lb_read_msg(c, ms);
-	cr_assert_null(m, "%s: want no message within %d ms, got %s", what, ms, lb_dump(m));
-}
-
 /* Waits for the answer to id, asserts it is a permit with count 1 granted
  * within max_ms of t0; returns it. */
 static json_t *expect_permit(lb_client *c, json_t *id, int64_t t0, int max_ms, const char *what)
@@ -151,50 +124,6 @@ static void expect_conflict(lb_client *c, const char *lock, aopt o, const char *
 	cr_assert_lt(lb_now_ms() - t0, 1000, "%s: conflict must answer at once", what);
 }
 
-static void expect_lost(lb_client *c, const char *lease, int64_t t0, int max_ms, const char *what)
-{
-	json_t *ev = lb_next_event(c, max_ms + 1000);
-	int64_t dt = lb_now_ms() - t0;
-	cr_assert_not_null(ev, "%s: no lost event", what);
-	cr_assert_str_eq(lb_str(ev, "event"), "lost", "%s: %s", what, lb_dump(ev));
-	cr_assert_str_eq(lb_str(ev, "lease"), lease, "%s: %s", what, lb_dump(ev));
-	cr_assert_str_eq(lb_str(ev, "reason"), "expired", "%s: %s", what, lb_dump(ev));
-	cr_assert_leq(dt, max_ms, "%s: lost after %lld ms", what, (long long)dt);
-}
-
-static bool key_exists(lb_redis *r, const char *key)
-{
-	redisReply *rep = lb_redis_cmd(r, "EXISTS %s", key);
-	cr_assert_eq(rep->type, REDIS_REPLY_INTEGER);
-	return rep->integer != 0;
-}
-
-/* The name is free, nobody waits and no queue key is left in Redis. */
-static void expect_no_queue(lb_redis *r, lb_client *c, const char *lock)
-{
-	static const char *const sfx[] = {"q", "w", "d", "s"};
-	char key[600];
-	int64_t deadline = lb_now_ms() + 2000;
-	while (strcmp(lb_str(lb_inspect(c, lock), "state"), "free") != 0 && lb_now_ms() < deadline)
-		lb_sleep_ms(20);
-	lb_expect_free(c, lock);
-	for (size_t k = 0; k < 4; k++) {
-		snprintf(key, sizeof(key), "lb:{%s}:%s", lock, sfx[k]);
-		while (key_exists(r, key) && lb_now_ms() < deadline)
-			lb_sleep_ms(20);
-		cr_assert_not(key_exists(r, key), "queue key %s still exists", key);
-	}
-	json_t *in = lb_inspect(c, lock);
-	cr_assert_eq(lb_int(in, "waiters"), 0, "%s", lb_dump(in));
-}
-
-static size_t nholders(const json_t *in)
-{
-	json_t *h = lb_get(in, "holders");
-	cr_assert(json_is_array(h), "%s", lb_dump(in));
-	return json_array_size(h);
-}
-
 /* Asserts inspect says semaphore with this limit, holders (all "permit")
  * and waiters. */
 static json_t *expect_sem(lb_client *c, const char *lock, json_int_t limit, size_t holders,
@@ -203,7 +132,7 @@ static json_t *expect_sem(lb_client *c, const char *lock, json_int_t limit, size
 	json_t *in = lb_inspect(c, lock);
 	cr_assert_str_eq(lb_str(in, "state"), "semaphore", "%s", lb_dump(in));
 	cr_assert_eq(lb_int(in, "limit"), limit, "%s", lb_dump(in));
-	cr_assert_eq(nholders(in), holders, "want %zu holders: %s", holders, lb_dump(in));
+	cr_assert_eq(lb_nholders(in), holders, "want %zu holders: %s", holders, lb_dump(in));
 	for (size_t k = 0; k < holders; k++)
 		cr_assert_str_eq(lb_str(json_array_get(lb_get(in, "holders"), k), "mode"), "permit",
 		                 "%s", lb_dump(in));
@@ -267,35 +196,35 @@ LB_TEST(semaphore, up_to_limit_holders_then_fifo_queue, 30)
 		iw[k] = acq_send(w[k], "sem", AO(.limit = 3));
 		lb_sleep_ms(30);
 	}
-	wait_waiters(o, "sem", 3, 2000);
+	lb_wait_waiters(o, "sem", 3, 2000);
 	/* the 300 ms permit is kept by its watchdog: nobody gets in */
-	expect_silent(w[0], 700, "first waiter while all permits are held");
-	expect_silent(h[2], 0, "the watchdog keeps the short permit");
+	lb_expect_silent(w[0], 700, "first waiter while all permits are held");
+	lb_expect_silent(h[2], 0, "the watchdog keeps the short permit");
 	expect_sem(o, "sem", 3, 3, 3);
 
 	/* one permit back: the first waiter only */
 	int64_t t0 = lb_now_ms();
-	cr_assert_eq(release(h[0], lb_str(g[0], "lease")), 0);
+	cr_assert_eq(lb_release(h[0], lb_str(g[0], "lease")), 0);
 	json_t *gw0 = expect_permit(w[0], iw[0], t0, 500, "first waiter");
 	cr_assert_gt(lb_int(gw0, "fence"), last_fence);
-	expect_silent(w[1], 200, "second waiter after one permit came back");
-	expect_silent(w[2], 0, "third waiter after one permit came back");
+	lb_expect_silent(w[1], 200, "second waiter after one permit came back");
+	lb_expect_silent(w[2], 0, "third waiter after one permit came back");
 	/* two permits back: the other two, in order */
 	t0 = lb_now_ms();
-	cr_assert_eq(release(h[1], lb_str(g[1], "lease")), 0);
+	cr_assert_eq(lb_release(h[1], lb_str(g[1], "lease")), 0);
 	json_t *gw1 = expect_permit(w[1], iw[1], t0, 500, "second waiter");
-	expect_silent(w[2], 200, "third waiter after the second permit");
+	lb_expect_silent(w[2], 200, "third waiter after the second permit");
 	t0 = lb_now_ms();
-	cr_assert_eq(release(h[2], lb_str(g[2], "lease")), 0);
+	cr_assert_eq(lb_release(h[2], lb_str(g[2], "lease")), 0);
 	json_t *gw2 = expect_permit(w[2], iw[2], t0, 500, "third waiter");
 	cr_assert_gt(lb_int(gw1, "fence"), lb_int(gw0, "fence"));
 	cr_assert_gt(lb_int(gw2, "fence"), lb_int(gw1, "fence"));
 	expect_sem(o, "sem", 3, 3, 0);
-	cr_assert_eq(release(w[0], lb_str(gw0, "lease")), 0);
-	cr_assert_eq(release(w[1], lb_str(gw1, "lease")), 0);
+	cr_assert_eq(lb_release(w[0], lb_str(gw0, "lease")), 0);
+	cr_assert_eq(lb_release(w[1], lb_str(gw1, "lease")), 0);
 	expect_sem(o, "sem", 3, 1, 0);
-	cr_assert_eq(release(w[2], lb_str(gw2, "lease")), 0);
-	expect_no_queue(r, o, "sem");
+	cr_assert_eq(lb_release(w[2], lb_str(gw2, "lease")), 0);
+	lb_expect_no_queue(r, o, "sem", 2000, true);
 	lb_end();
 }
 
@@ -333,17 +262,17 @@ LB_TEST(semaphore, permits_are_not_reentrant, 20)
 	lb_expect_err(acq_call(c, "nr", AO(.limit = 3, .owner = "me", .wait_ms = 0)), "timeout");
 	lb_expect_err(acq_call(c, "nr", AO(.limit = 3, .owner = "me", .wait_ms = 100)), "timeout");
 	/* each release frees its own permit */
-	cr_assert_eq(release(c, lb_str(g[1], "lease")), 0);
+	cr_assert_eq(lb_release(c, lb_str(g[1], "lease")), 0);
 	lb_expect_err(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lb_str(g[1], "lease")),
 	              "not_held");
 	expect_sem(o, "nr", 3, 2, 0);
 	json_t *g4 = permit_now(c, "nr", AO(.limit = 3, .owner = "me"));
 	cr_assert_str_neq(lb_str(g4, "lease"), lb_str(g[0], "lease"));
 	cr_assert_str_neq(lb_str(g4, "lease"), lb_str(g[2], "lease"));
-	cr_assert_eq(release(c, lb_str(g[0], "lease")), 0);
-	cr_assert_eq(release(c, lb_str(g[2], "lease")), 0);
-	cr_assert_eq(release(c, lb_str(g4, "lease")), 0);
-	expect_no_queue(r, o, "nr");
+	cr_assert_eq(lb_release(c, lb_str(g[0], "lease")), 0);
+	cr_assert_eq(lb_release(c, lb_str(g[2], "lease")), 0);
+	cr_assert_eq(lb_release(c, lb_str(g4, "lease")), 0);
+	lb_expect_no_queue(r, o, "nr", 2000, true);
 	lb_end();
 }
 
@@ -366,38 +295,38 @@ LB_TEST(semaphore, expired_permit_goes_to_the_next_waiter, 30)
 	json_t *i1 = acq_send(w1, "exp", AO(.limit = 2));
 	lb_sleep_ms(30);
 	json_t *i2 = acq_send(w2, "exp", AO(.limit = 2, .ttl_ms = 300, .watchdog = 0));
-	wait_waiters(o, "exp", 2, 1000);
+	lb_wait_waiters(o, "exp", 2, 1000);
 
 	/* P1 expires (400 ms): W1 within 1.5 s of the expiry; P2 stays */
 	json_t *gw1 = expect_permit(w1, i1, t1, 400 + 1500, "W1 after P1's expiry");
-	expect_lost(p1, lb_str(g1, "lease"), t1, 400 + 1500, "P1 (watchdog false, ttl 400)");
+	lb_expect_lost(p1, lb_str(g1, "lease"), t1, 400 + 1500, "P1 (watchdog false, ttl 400)");
 	lb_expect_err(lb_call(p1, "{s:s, s:s}", "op", "release", "lease", lb_str(g1, "lease")),
 	              "not_held");
-	expect_silent(w2, 300, "W2 while P2 and W1 hold");
-	expect_silent(p2, 0, "P2 is renewed by its watchdog");
+	lb_expect_silent(w2, 300, "W2 while P2 and W1 hold");
+	lb_expect_silent(p2, 0, "P2 is renewed by its watchdog");
 	expect_sem(o, "exp", 2, 2, 1);
 
 	/* W1 leaves; W2 gets a short permit without watchdog, which expires
 	 * while P2 stays */
 	int64_t t0 = lb_now_ms();
-	cr_assert_eq(release(w1, lb_str(gw1, "lease")), 0);
+	cr_assert_eq(lb_release(w1, lb_str(gw1, "lease")), 0);
 	json_t *gw2 = expect_permit(w2, i2, t0, 500, "W2 after W1's release");
 	int64_t t2 = lb_now_ms();
 	json_t *i3 = acq_send(w1, "exp", AO(.limit = 2));
 	lb_sleep_ms(20);
 	json_t *i4 = acq_send(p1, "exp", AO(.limit = 2));
-	wait_waiters(o, "exp", 2, 1000);
+	lb_wait_waiters(o, "exp", 2, 1000);
 	json_t *gw3 = expect_permit(w1, i3, t2, 300 + 1500, "W3 after W2's expiry");
-	expect_lost(w2, lb_str(gw2, "lease"), t2, 300 + 1500, "W2 (watchdog false, ttl 300)");
-	expect_silent(p1, 200, "the next waiter: no permit is free");
-	expect_silent(p2, 0, "P2 is renewed by its watchdog");
+	lb_expect_lost(w2, lb_str(gw2, "lease"), t2, 300 + 1500, "W2 (watchdog false, ttl 300)");
+	lb_expect_silent(p1, 200, "the next waiter: no permit is free");
+	lb_expect_silent(p2, 0, "P2 is renewed by its watchdog");
 	expect_sem(o, "exp", 2, 2, 1);
 	t0 = lb_now_ms();
-	cr_assert_eq(release(p2, lb_str(g2, "lease")), 0);
+	cr_assert_eq(lb_release(p2, lb_str(g2, "lease")), 0);
 	json_t *gw4 = expect_permit(p1, i4, t0, 500, "the last waiter after P2's release");
-	cr_assert_eq(release(w1, lb_str(gw3, "lease")), 0);
-	cr_assert_eq(release(p1, lb_str(gw4, "lease")), 0);
-	expect_no_queue(r, o, "exp");
+	cr_assert_eq(lb_release(w1, lb_str(gw3, "lease")), 0);
+	cr_assert_eq(lb_release(p1, lb_str(gw4, "lease")), 0);
+	lb_expect_no_queue(r, o, "exp", 2000, true);
 	lb_end();
 }
 
@@ -421,17 +350,17 @@ LB_TEST(semaphore, session_end_returns_the_permit_at_once, 30)
 	acq_send(w2, "se", AO(.limit = 2));
 	lb_sleep_ms(30);
 	json_t *i3 = acq_send(w3, "se", AO(.limit = 2));
-	wait_waiters(o, "se", 3, 2000);
+	lb_wait_waiters(o, "se", 3, 2000);
 
 	/* a waiter that disconnects is withdrawn */
 	lb_close(w2);
-	wait_waiters(o, "se", 2, 1000);
+	lb_wait_waiters(o, "se", 2, 1000);
 
 	/* a holder that disconnects: its permit goes to the head waiter at once */
 	int64_t t0 = lb_now_ms();
 	lb_close(p1);
 	expect_permit(w1, i1, t0, 1000, "W1 after P1's disconnect");
-	expect_silent(w3, 200, "W3 while P2 and W1 hold");
+	lb_expect_silent(w3, 200, "W3 while P2 and W1 hold");
 	expect_sem(o, "se", 2, 2, 1);
 	/* W1 disconnects while holding: W3 (the withdrawn W2 was before it) */
 	t0 = lb_now_ms();
@@ -440,7 +369,7 @@ LB_TEST(semaphore, session_end_returns_the_permit_at_once, 30)
 	expect_sem(o, "se", 2, 2, 0);
 
 	/* a session with two permits gives both back when it ends */
-	cr_assert_eq(release(w3, lb_str(gw3, "lease")), 0);
+	cr_assert_eq(lb_release(w3, lb_str(gw3, "lease")), 0);
 	json_t *g2b = permit_now(p2, "se", AO(.limit = 2));
 	cr_assert_str_neq(lb_str(g2b, "lease"), lb_str(g2, "lease"));
 	lb_client *w4 = lb_connect(a, LB_UNIX);
@@ -448,15 +377,15 @@ LB_TEST(semaphore, session_end_returns_the_permit_at_once, 30)
 	json_t *i4 = acq_send(w4, "se", AO(.limit = 2));
 	lb_sleep_ms(30);
 	json_t *i5 = acq_send(w5, "se", AO(.limit = 2, .fair = 0));
-	wait_waiters(o, "se", 2, 2000);
+	lb_wait_waiters(o, "se", 2, 2000);
 	t0 = lb_now_ms();
 	lb_close(p2);
 	json_t *gw4 = expect_permit(w4, i4, t0, 1000, "W4 after P2's disconnect");
 	json_t *gw5 = expect_permit(w5, i5, t0, 1000, "W5 after P2's disconnect");
 	expect_sem(o, "se", 2, 2, 0);
-	cr_assert_eq(release(w4, lb_str(gw4, "lease")), 0);
-	cr_assert_eq(release(w5, lb_str(gw5, "lease")), 0);
-	expect_no_queue(r, o, "se");
+	cr_assert_eq(lb_release(w4, lb_str(gw4, "lease")), 0);
+	cr_assert_eq(lb_release(w5, lb_str(gw5, "lease")), 0);
+	lb_expect_no_queue(r, o, "se", 2000, true);
 	lb_end();
 }
 
@@ -480,19 +409,19 @@ LB_TEST(semaphore, kind_and_limit_are_fixed_while_held_or_awaited, 30)
 	expect_conflict(d, "kind", AO(.limit = 1, .fair = 0), "semaphore limit 1 on a lock");
 	/* ... also with a lock waiter queued */
 	json_t *iw = acq_send(w, "kind", AO(.mode = "exclusive"));
-	wait_waiters(c, "kind", 1, 2000);
+	lb_wait_waiters(c, "kind", 1, 2000);
 	expect_conflict(c, "kind", AO(.limit = 2, .wait_ms = 1000), "semaphore on a lock w/ waiter");
 	json_t *in = lb_inspect(c, "kind");
 	cr_assert_str_eq(lb_str(in, "state"), "exclusive", "%s", lb_dump(in));
 	cr_assert_eq(lb_int(in, "waiters"), 1, "a conflict does not queue: %s", lb_dump(in));
-	cr_assert_eq(release(x, lb_str(gx, "lease")), 0);
+	cr_assert_eq(lb_release(x, lb_str(gx, "lease")), 0);
 	json_t *gw = lb_wait_response(w, iw, 2000);
 	lb_expect_ok(gw);
-	cr_assert_eq(release(w, lb_str(gw, "lease")), 0);
+	cr_assert_eq(lb_release(w, lb_str(gw, "lease")), 0);
 	/* a lock held shared */
 	json_t *gs = permit_now(x, "kind", AO(.mode = "shared"));
 	expect_conflict(d, "kind", AO(.limit = 5), "semaphore on a shared lock");
-	cr_assert_eq(release(x, lb_str(gs, "lease")), 0);
+	cr_assert_eq(lb_release(x, lb_str(gs, "lease")), 0);
 	lb_expect_free(c, "kind");
 
 	/* free: the name may become a semaphore */
@@ -505,25 +434,25 @@ LB_TEST(semaphore, kind_and_limit_are_fixed_while_held_or_awaited, 30)
 	json_t *p2 = permit_now(w, "kind", AO(.limit = 2));
 	/* full, with a semaphore waiter queued */
 	json_t *iq = acq_send(d, "kind", AO(.limit = 2));
-	wait_waiters(c, "kind", 1, 2000);
+	lb_wait_waiters(c, "kind", 1, 2000);
 	expect_conflict(c, "kind", AO(.mode = "exclusive"), "lock on a full semaphore w/ waiter");
 	expect_conflict(c, "kind", AO(.limit = 4, .fair = 0), "other limit on a full semaphore");
 	expect_sem(c, "kind", 2, 2, 1);
-	cr_assert_eq(release(x, lb_str(p1, "lease")), 0);
+	cr_assert_eq(lb_release(x, lb_str(p1, "lease")), 0);
 	json_t *gq = expect_permit(d, iq, lb_now_ms(), 500, "the semaphore waiter");
-	cr_assert_eq(release(w, lb_str(p2, "lease")), 0);
+	cr_assert_eq(lb_release(w, lb_str(p2, "lease")), 0);
 	expect_conflict(c, "kind", AO(.mode = "shared", .wait_ms = 0), "lock on a semaphore");
-	cr_assert_eq(release(d, lb_str(gq, "lease")), 0);
-	expect_no_queue(r, c, "kind");
+	cr_assert_eq(lb_release(d, lb_str(gq, "lease")), 0);
+	lb_expect_no_queue(r, c, "kind", 2000, true);
 
 	/* neither holders nor waiters: a lock again, then another limit */
 	json_t *l = permit_now(c, "kind", AO(.mode = "exclusive"));
 	cr_assert_str_eq(lb_str(l, "mode"), "exclusive");
-	cr_assert_eq(release(c, lb_str(l, "lease")), 0);
+	cr_assert_eq(lb_release(c, lb_str(l, "lease")), 0);
 	json_t *q = permit_now(c, "kind", AO(.limit = 7));
 	expect_sem(d, "kind", 7, 1, 0);
-	cr_assert_eq(release(c, lb_str(q, "lease")), 0);
-	expect_no_queue(r, c, "kind");
+	cr_assert_eq(lb_release(c, lb_str(q, "lease")), 0);
+	lb_expect_no_queue(r, c, "kind", 2000, true);
 	lb_end();
 }
 
@@ -545,12 +474,12 @@ LB_TEST(semaphore, only_waiters_keep_the_kind_and_fair_false_barges, 40)
 	json_t *g1 = permit_now(h1, "ow", AO(.limit = 2));
 	json_t *g2 = permit_now(h2, "ow", AO(.limit = 2));
 	acq_send(dw, "ow", AO(.limit = 2));
-	wait_waiters(c, "ow", 1, 2000);
+	lb_wait_waiters(c, "ow", 1, 2000);
 	lb_broker_kill9(dead);
 	int64_t tk = lb_now_ms();
 
 	/* a permit is free, the dead waiter still heads the queue */
-	cr_assert_eq(release(h1, lb_str(g1, "lease")), 0);
+	cr_assert_eq(lb_release(h1, lb_str(g1, "lease")), 0);
 	lb_expect_err(acq_call(c, "ow", AO(.limit = 2, .wait_ms = 0, .fair = 1)), "timeout");
 	json_t *bg = acq_call(d, "ow", AO(.limit = 2, .wait_ms = 0, .fair = 0));
 	cr_assert(lb_is_ok(bg), "fair:false with a free permit and a queue: %s (%lld ms after the kill)",
@@ -558,12 +487,12 @@ LB_TEST(semaphore, only_waiters_keep_the_kind_and_fair_false_barges, 40)
 	cr_assert_str_eq(lb_str(bg, "mode"), "permit");
 	/* no permit free: fair:false does not get in */
 	lb_expect_err(acq_call(c, "ow", AO(.limit = 2, .wait_ms = 0, .fair = 0)), "timeout");
-	cr_assert_eq(release(d, lb_str(bg, "lease")), 0);
-	cr_assert_eq(release(h2, lb_str(g2, "lease")), 0);
+	cr_assert_eq(lb_release(d, lb_str(bg, "lease")), 0);
+	cr_assert_eq(lb_release(h2, lb_str(g2, "lease")), 0);
 
 	/* no holder now, only the (dead) waiter: the kind and limit still hold */
 	json_t *in = lb_inspect(c, "ow");
-	cr_assert_eq(nholders(in), 0, "%s", lb_dump(in));
+	cr_assert_eq(lb_nholders(in), 0, "%s", lb_dump(in));
 	cr_assert_eq(lb_int(in, "waiters"), 1, "%s", lb_dump(in));
 	expect_conflict(c, "ow", AO(.mode = "exclusive", .wait_ms = 0), "lock on an awaited semaphore");
 	expect_conflict(d, "ow", AO(.mode = "shared"), "shared lock on an awaited semaphore");
@@ -572,12 +501,12 @@ LB_TEST(semaphore, only_waiters_keep_the_kind_and_fair_false_barges, 40)
 
 	/* the dead waiter is dropped: the name may be reused with another kind */
 	int64_t deadline = lb_now_ms() + 10000;
-	while (inspect_waiters(c, "ow") != 0 && lb_now_ms() < deadline)
+	while (lb_inspect_waiters(c, "ow") != 0 && lb_now_ms() < deadline)
 		lb_sleep_ms(50);
-	cr_assert_eq(inspect_waiters(c, "ow"), 0, "the dead broker's waiter was never dropped");
+	cr_assert_eq(lb_inspect_waiters(c, "ow"), 0, "the dead broker's waiter was never dropped");
 	json_t *l = permit_now(c, "ow", AO(.mode = "exclusive"));
-	cr_assert_eq(release(c, lb_str(l, "lease")), 0);
-	expect_no_queue(r, c, "ow");
+	cr_assert_eq(lb_release(c, lb_str(l, "lease")), 0);
+	lb_expect_no_queue(r, c, "ow", 2000, true);
 	lb_end();
 }
 
@@ -588,123 +517,6 @@ LB_TEST(semaphore, only_waiters_keep_the_kind_and_fair_false_barges, 40)
 #define RUN_MS 4000
 #define MAX_LOG 20000
 #define SLOCK "semsafe"
-
-typedef struct {
-	int fd;
-	char buf[65536];
-	size_t len;
-	char last_event[512];
-} mclient;
-
-static int mc_connect(mclient *c, int port, const char *unix_path)
-{
-	c->len = 0;
-	if (unix_path) {
-		struct sockaddr_un a = {.sun_family = AF_UNIX};
-		snprintf(a.sun_path, sizeof(a.sun_path), "%s", unix_path);
-		c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (c->fd < 0)
-			return -1;
-		if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) != 0)
-			goto fail;
-	} else {
-		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		int one = 1;
-		c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (c->fd < 0)
-			return -1;
-		if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) != 0)
-			goto fail;
-		setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	}
-	return 0;
-fail:
-	close(c->fd);
-	c->fd = -1;
-	return -1;
-}
-
-static void mc_close(mclient *c)
-{
-	if (c->fd >= 0)
-		close(c->fd);
-	c->fd = -1;
-	c->len = 0;
-}
-
-static bool mc_send(mclient *c, const char *line)
-{
-	size_t n = strlen(line);
-	while (n > 0) {
-		ssize_t w = send(c->fd, line, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return false;
-		line += w;
-		n -= (size_t)w;
-	}
-	return true;
-}
-
-/* Reads the response to the integer id (events are skipped, the last one
- * kept). NULL on timeout, close or garbage. The caller decrefs. */
-static json_t *mc_wait(mclient *c, json_int_t id, int timeout_ms)
-{
-	int64_t deadline = lb_now_ms() + timeout_ms;
-	for (;;) {
-		char *nl = memchr(c->buf, '\n', c->len);
-		if (nl) {
-			*nl = '\0';
-			json_t *m = json_loads(c->buf, 0, NULL);
-			size_t used = (size_t)(nl - c->buf) + 1;
-			memmove(c->buf, c->buf + used, c->len - used);
-			c->len -= used;
-			if (!m)
-				return NULL;
-			json_t *mid = json_object_get(m, "id");
-			if (json_is_integer(mid) && json_integer_value(mid) == id)
-				return m;
-			if (json_object_get(m, "event")) {
-				char *d = json_dumps(m, JSON_COMPACT);
-				if (d)
-					snprintf(c->last_event, sizeof(c->last_event), "%s", d);
-				free(d);
-			}
-			json_decref(m);
-			continue;
-		}
-		int64_t left = deadline - lb_now_ms();
-		if (left <= 0 || c->len == sizeof(c->buf))
-			return NULL;
-		struct pollfd p = {.fd = c->fd, .events = POLLIN};
-		int pr = poll(&p, 1, (int)left);
-		if (pr < 0 && errno == EINTR)
-			continue;
-		if (pr <= 0)
-			return NULL;
-		ssize_t n = recv(c->fd, c->buf + c->len, sizeof(c->buf) - c->len, 0);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return NULL;
-		c->len += (size_t)n;
-	}
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static unsigned rnd(unsigned *s)
-{
-	*s = *s * 1103515245u + 12345u;
-	return (*s >> 16) & 0x7fff;
-}
 
 typedef struct {
 	int64_t enter_ns, exit_ns;
@@ -742,13 +554,13 @@ static void *worker(void *arg)
 	while (lb_now_ms() < w->end_ms) {
 		if (c.fd < 0 && mc_connect(&c, w->port, w->unix_path) != 0)
 			FAIL("thread %d: cannot connect to the broker: %s", w->index, strerror(errno));
-		bool fair = rnd(&w->seed) % 4 != 0;
-		unsigned dice = rnd(&w->seed) % 20;
+		bool fair = mc_rand(&w->seed) % 4 != 0;
+		unsigned dice = mc_rand(&w->seed) % 20;
 		bool short_wait = dice < 3;
 		char line[512], waitf[64] = "";
 		id++;
 		if (short_wait)
-			snprintf(waitf, sizeof(waitf), ",\"wait_ms\":%u", rnd(&w->seed) % 15);
+			snprintf(waitf, sizeof(waitf), ",\"wait_ms\":%u", mc_rand(&w->seed) % 15);
 		snprintf(line, sizeof(line),
 		         "{\"id\":%lld,\"op\":\"acquire\",\"lock\":\"" SLOCK
 		         "\",\"limit\":%d,\"fair\":%s,\"ttl_ms\":10000%s}\n",
@@ -785,7 +597,7 @@ static void *worker(void *arg)
 		int m = atomic_load(&max_inside);
 		while (now > m && !atomic_compare_exchange_weak(&max_inside, &m, now))
 			;
-		int64_t enter = now_ns();
+		int64_t enter = mc_now_ns();
 		json_int_t fence = json_integer_value(json_object_get(resp, "fence"));
 		json_int_t count = json_integer_value(json_object_get(resp, "count"));
 		const char *mode = json_string_value(json_object_get(resp, "mode"));
@@ -794,8 +606,8 @@ static void *worker(void *arg)
 		snprintf(lease, sizeof(lease), "%s",
 		         json_string_value(json_object_get(resp, "lease")) ?: "");
 		json_decref(resp);
-		usleep(500 + rnd(&w->seed) % 1500);
-		int64_t exit_ = now_ns();
+		usleep(500 + mc_rand(&w->seed) % 1500);
+		int64_t exit_ = mc_now_ns();
 		atomic_fetch_sub(&inside, 1);
 		pthread_mutex_lock(&log_mu);
 		if (nlog < MAX_LOG)
@@ -806,7 +618,7 @@ static void *worker(void *arg)
 			FAIL("thread %d: a permit answered count %lld mode %s", w->index,
 			     (long long)count, mode ? mode : "?");
 
-		if (rnd(&w->seed) % 12 == 0) {
+		if (mc_rand(&w->seed) % 12 == 0) {
 			/* abrupt disconnect while holding */
 			mc_close(&c);
 			w->aborts++;
@@ -927,7 +739,7 @@ LB_TEST(semaphore, safety_never_more_than_limit_holders, 60)
 
 	/* everything ended: free, no waiter, no queue key in Redis */
 	lb_client *c = lb_connect(br[0], LB_TCP);
-	expect_no_queue(r, c, SLOCK);
+	lb_expect_no_queue(r, c, SLOCK, 2000, true);
 	for (int k = 0; k < 2; k++) {
 		lb_client *s = lb_connect(br[k], LB_UNIX);
 		json_t *st = lb_stats(s);

@@ -22,59 +22,6 @@ static json_t *acq_send(lb_client *c, json_t *id, const char *lock, const char *
 	                   ttl_ms > 0 ? json_integer(ttl_ms) : NULL);
 }
 
-static json_int_t release(lb_client *c, const char *lease)
-{
-	json_t *r = lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease);
-	lb_expect_ok(r);
-	return lb_int(r, "count");
-}
-
-/* Asserts that nothing (no response, no event) arrives on c within ms. */
-static void expect_silent(lb_client *c, int ms, const char *what)
-{
-	json_t *m = lb_read_msg(c, ms);
-	cr_assert_null(m, "%s: want no message within %d ms, got %s", what, ms, lb_dump(m));
-}
-
-static json_int_t inspect_waiters(lb_client *c, const char *lock)
-{
-	return lb_int(lb_inspect(c, lock), "waiters");
-}
-
-/* Waits (up to timeout_ms) until inspect says `want` waiters. */
-static void wait_waiters(lb_client *c, const char *lock, json_int_t want, int timeout_ms)
-{
-	int64_t deadline = lb_now_ms() + timeout_ms;
-	json_int_t got;
-	while ((got = inspect_waiters(c, lock)) != want && lb_now_ms() < deadline)
-		lb_sleep_ms(10);
-	cr_assert_eq(got, want, "inspect %s: want waiters %lld, got %lld", lock, (long long)want,
-	             (long long)got);
-}
-
-static bool key_exists(lb_redis *r, const char *key)
-{
-	redisReply *rep = lb_redis_cmd(r, "EXISTS %s", key);
-	cr_assert_eq(rep->type, REDIS_REPLY_INTEGER);
-	return rep->integer != 0;
-}
-
-/* Asserts (waiting up to 1 s for in-flight withdraws) that Redis keeps no
- * queue key of lock and that inspect says no waiters. */
-static void expect_no_queue(lb_redis *r, lb_client *c, const char *lock)
-{
-	static const char *const sfx[] = {"q", "w", "d", "s"};
-	char key[600];
-	int64_t deadline = lb_now_ms() + 1000;
-	for (size_t k = 0; k < 4; k++) {
-		snprintf(key, sizeof(key), "lb:{%s}:%s", lock, sfx[k]);
-		while (key_exists(r, key) && lb_now_ms() < deadline)
-			lb_sleep_ms(20);
-		cr_assert_not(key_exists(r, key), "queue key %s still exists", key);
-	}
-	cr_assert_eq(inspect_waiters(c, lock), 0, "%s", lb_dump(lb_inspect(c, lock)));
-}
-
 static void expect_acquired(const json_t *r, const char *lock, json_int_t count)
 {
 	lb_expect_ok(r);
@@ -103,11 +50,11 @@ LB_TEST(wait, absent_wait_ms_waits_until_released, 30)
 	lb_expect_ok(lb_call(w, "{s:s}", "op", "stats"));
 	cr_assert_lt(lb_now_ms() - t0, 500, "ping behind a blocked acquire took %lld ms",
 	             (long long)(lb_now_ms() - t0));
-	expect_silent(w, 1500, "acquire of a held lock");
-	cr_assert_eq(inspect_waiters(h, "blk"), 1);
+	lb_expect_silent(w, 1500, "acquire of a held lock");
+	cr_assert_eq(lb_inspect_waiters(h, "blk"), 1);
 
 	t0 = lb_now_ms();
-	cr_assert_eq(release(h, lease), 0);
+	cr_assert_eq(lb_release(h, lease), 0);
 	json_t *g = lb_wait_response(w, id, 2000);
 	int64_t dt = lb_now_ms() - t0;
 	expect_acquired(g, "blk", 1);
@@ -118,8 +65,8 @@ LB_TEST(wait, absent_wait_ms_waits_until_released, 30)
 	json_t *in = lb_inspect(h, "blk");
 	cr_assert_str_eq(lb_str(in, "state"), "exclusive", "%s", lb_dump(in));
 	cr_assert_eq(lb_int(in, "waiters"), 0, "%s", lb_dump(in));
-	cr_assert_eq(release(w, lb_str(g, "lease")), 0);
-	expect_no_queue(r, h, "blk");
+	cr_assert_eq(lb_release(w, lb_str(g, "lease")), 0);
+	lb_expect_no_queue(r, h, "blk", 1000, false);
 	lb_end();
 }
 
@@ -144,7 +91,7 @@ LB_TEST(wait, timeout_is_on_time_and_counted, 30)
 		cr_assert_leq(dt, waits[k] + 500, "wait_ms %d answered after %lld ms", waits[k],
 		              (long long)dt);
 		/* it left the queue */
-		cr_assert_eq(inspect_waiters(h, "to"), 0);
+		cr_assert_eq(lb_inspect_waiters(h, "to"), 0);
 		cr_assert_eq(lb_int(lb_stats(w), "waiters"), 0);
 	}
 	json_int_t after = lb_int(lb_stats(w), "timeouts_total");
@@ -157,7 +104,7 @@ LB_TEST(wait, timeout_is_on_time_and_counted, 30)
 	lb_close(w);
 	lb_client *c = lb_connect(b, LB_UNIX);
 	lb_acquire_within(c, "to", 1000, 2000);
-	expect_no_queue(r, c, "to");
+	lb_expect_no_queue(r, c, "to", 1000, false);
 	lb_end();
 }
 
@@ -184,20 +131,20 @@ LB_TEST(wait, many_waits_on_one_session, 30)
 	static const int order[] = {2, 0, 1};
 	for (int n = 0; n < 3; n++) {
 		int k = order[n];
-		cr_assert_eq(release(h, leases[k]), 0);
+		cr_assert_eq(lb_release(h, leases[k]), 0);
 		json_t *g = lb_wait_response(w, ids[k], 2000);
 		expect_acquired(g, locks[k], 1);
-		expect_silent(w, 50, "other acquires");
+		lb_expect_silent(w, 50, "other acquires");
 	}
 	lb_expect_err(lb_wait_response(w, ids[3], 3000), "timeout");
 	cr_assert_eq(lb_int(lb_stats(w), "waiters"), 0);
 	json_t *ls = lb_call(w, "{s:s}", "op", "leases");
 	cr_assert_eq(json_array_size(lb_get(ls, "leases")), 3, "%s", lb_dump(ls));
 	lb_close(w);
-	cr_assert_eq(release(h, leases[3]), 0);
+	cr_assert_eq(lb_release(h, leases[3]), 0);
 	for (int k = 0; k < 4; k++) {
 		lb_expect_ok(lb_acquire_within(h, locks[k], 1000, 2000));
-		expect_no_queue(r, h, locks[k]);
+		lb_expect_no_queue(r, h, locks[k], 1000, false);
 	}
 	lb_end();
 }
@@ -237,22 +184,22 @@ LB_TEST(wait, reentrant_acquire_does_not_wait, 30)
 
 	/* the stranger owner waits; releases decrement; only the last frees */
 	json_t *sid = acq_send(c, NULL, "re", "t2", -1, 0);
-	cr_assert_eq(release(c, lease), 2);
-	cr_assert_eq(release(c, lease), 1);
-	expect_silent(c, 300, "t2 while t1 still holds once");
+	cr_assert_eq(lb_release(c, lease), 2);
+	cr_assert_eq(lb_release(c, lease), 1);
+	lb_expect_silent(c, 300, "t2 while t1 still holds once");
 	json_t *in = lb_inspect(other, "re");
 	cr_assert_eq(lb_int(json_array_get(lb_get(in, "holders"), 0), "count"), 1, "%s",
 	             lb_dump(in));
 	cr_assert_eq(lb_int(in, "waiters"), 1, "%s", lb_dump(in));
-	cr_assert_eq(release(c, lease), 0);
+	cr_assert_eq(lb_release(c, lease), 0);
 	json_t *s = lb_wait_response(c, sid, 2000);
 	expect_acquired(s, "re", 1);
 	cr_assert_str_neq(lb_str(s, "lease"), lease);
 	cr_assert_gt(lb_int(s, "fence"), lb_int(a1, "fence"));
 	lb_expect_err(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease), "not_held");
-	cr_assert_eq(release(c, lb_str(s, "lease")), 0);
+	cr_assert_eq(lb_release(c, lb_str(s, "lease")), 0);
 	lb_expect_free(other, "re");
-	expect_no_queue(r, other, "re");
+	lb_expect_no_queue(r, other, "re", 1000, false);
 	lb_end();
 }
 
@@ -266,8 +213,8 @@ LB_TEST(wait, reentrant_acquire_pipelined_behind_a_pending_one, 30)
 
 	json_t *id1 = acq_send(c, NULL, "rp", "o", -1, 0);
 	json_t *id2 = acq_send(c, NULL, "rp", "o", -1, 0);
-	expect_silent(c, 500, "both acquires wait");
-	cr_assert_eq(release(h, hl), 0);
+	lb_expect_silent(c, 500, "both acquires wait");
+	cr_assert_eq(lb_release(h, hl), 0);
 	json_t *g1 = lb_wait_response(c, id1, 2000);
 	json_t *g2 = lb_wait_response(c, id2, 1000);
 	expect_acquired(g1, "rp", 1);
@@ -280,9 +227,9 @@ LB_TEST(wait, reentrant_acquire_pipelined_behind_a_pending_one, 30)
 	             lb_dump(in));
 	cr_assert_eq(lb_int(in, "waiters"), 0, "%s", lb_dump(in));
 	const char *lease = lb_str(g1, "lease");
-	cr_assert_eq(release(c, lease), 1);
+	cr_assert_eq(lb_release(c, lease), 1);
 	lb_expect_err(lb_try_acquire(h, "rp", 1000), "timeout");
-	cr_assert_eq(release(c, lease), 0);
+	cr_assert_eq(lb_release(c, lease), 0);
 	lb_expect_ok(lb_try_acquire(h, "rp", 1000));
 
 	/* When the first pending acquire fails (timeout), the one behind it
@@ -291,14 +238,14 @@ LB_TEST(wait, reentrant_acquire_pipelined_behind_a_pending_one, 30)
 	json_t *f1 = acq_send(c, NULL, "rq", "o", 300, 0);
 	json_t *f2 = acq_send(c, NULL, "rq", "o", -1, 0);
 	lb_expect_err(lb_wait_response(c, f1, 3000), "timeout");
-	expect_silent(c, 300, "the second acquire waits on");
-	cr_assert_eq(inspect_waiters(h, "rq"), 1);
-	cr_assert_eq(release(h, hl2), 0);
+	lb_expect_silent(c, 300, "the second acquire waits on");
+	cr_assert_eq(lb_inspect_waiters(h, "rq"), 1);
+	cr_assert_eq(lb_release(h, hl2), 0);
 	json_t *g = lb_wait_response(c, f2, 2000);
 	expect_acquired(g, "rq", 1);
-	cr_assert_eq(release(c, lb_str(g, "lease")), 0);
-	expect_no_queue(r, h, "rp");
-	expect_no_queue(r, h, "rq");
+	cr_assert_eq(lb_release(c, lb_str(g, "lease")), 0);
+	lb_expect_no_queue(r, h, "rp", 1000, false);
+	lb_expect_no_queue(r, h, "rq", 1000, false);
 	lb_end();
 }
 
@@ -320,8 +267,8 @@ LB_TEST(wait, cancel, 30)
 	json_t *ids = acq_send(s, json_string("7"), "cy", NULL, -1, 0);
 	/* t's own pending acquire with the same id 7 */
 	json_t *idt = acq_send(t, json_integer(7), "cx", NULL, -1, 0);
-	wait_waiters(h, "cx", 2, 2000);
-	wait_waiters(h, "cy", 1, 2000);
+	lb_wait_waiters(h, "cx", 2, 2000);
+	lb_wait_waiters(h, "cy", 1, 2000);
 
 	/* unknown id */
 	resp = lb_call(s, "{s:s, s:i}", "op", "cancel", "target", 8);
@@ -334,18 +281,18 @@ LB_TEST(wait, cancel, 30)
 	resp = lb_call(h, "{s:s, s:i}", "op", "cancel", "target", 7);
 	lb_expect_ok(resp);
 	cr_assert_not(lb_bool(resp, "cancelled"), "%s", lb_dump(resp));
-	expect_silent(s, 200, "s's acquires keep waiting");
-	expect_silent(t, 1, "t's acquire keeps waiting");
-	cr_assert_eq(inspect_waiters(h, "cx"), 2);
+	lb_expect_silent(s, 200, "s's acquires keep waiting");
+	lb_expect_silent(t, 1, "t's acquire keeps waiting");
+	cr_assert_eq(lb_inspect_waiters(h, "cx"), 2);
 
 	/* the string "7" is not the integer 7 */
 	resp = lb_call(s, "{s:s, s:s}", "op", "cancel", "target", "7");
 	lb_expect_ok(resp);
 	cr_assert(lb_bool(resp, "cancelled"), "%s", lb_dump(resp));
 	lb_expect_err(lb_wait_response(s, ids, 2000), "cancelled");
-	expect_silent(s, 200, "integer id 7 keeps waiting");
-	cr_assert_eq(inspect_waiters(h, "cy"), 0);
-	cr_assert_eq(inspect_waiters(h, "cx"), 2);
+	lb_expect_silent(s, 200, "integer id 7 keeps waiting");
+	cr_assert_eq(lb_inspect_waiters(h, "cy"), 0);
+	cr_assert_eq(lb_inspect_waiters(h, "cx"), 2);
 
 	/* cancel the integer 7 of s; t's 7 is untouched */
 	resp = lb_call(s, "{s:s, s:i}", "op", "cancel", "target", 7);
@@ -355,24 +302,24 @@ LB_TEST(wait, cancel, 30)
 	resp = lb_call(s, "{s:s, s:i}", "op", "cancel", "target", 7);
 	lb_expect_ok(resp);
 	cr_assert_not(lb_bool(resp, "cancelled"), "second cancel: %s", lb_dump(resp));
-	cr_assert_eq(inspect_waiters(h, "cx"), 1);
+	cr_assert_eq(lb_inspect_waiters(h, "cx"), 1);
 	cr_assert_eq(lb_int(lb_stats(s), "waiters"), 1, "only t's acquire is pending");
-	expect_silent(t, 100, "t's acquire keeps waiting");
+	lb_expect_silent(t, 100, "t's acquire keeps waiting");
 
 	/* the release goes to t, never to the cancelled acquire */
-	cr_assert_eq(release(h, hl), 0);
+	cr_assert_eq(lb_release(h, hl), 0);
 	json_t *g = lb_wait_response(t, idt, 2000);
 	expect_acquired(g, "cx", 1);
-	expect_silent(s, 200, "the cancelled acquire");
+	lb_expect_silent(s, 200, "the cancelled acquire");
 	json_t *ls = lb_call(s, "{s:s}", "op", "leases");
 	cr_assert_eq(json_array_size(lb_get(ls, "leases")), 0, "%s", lb_dump(ls));
 	/* a granted acquire cannot be cancelled any more */
 	resp = lb_call(t, "{s:s, s:i}", "op", "cancel", "target", 7);
 	lb_expect_ok(resp);
 	cr_assert_not(lb_bool(resp, "cancelled"), "%s", lb_dump(resp));
-	cr_assert_eq(release(t, lb_str(g, "lease")), 0);
-	expect_no_queue(r, h, "cx");
-	expect_no_queue(r, h, "cy");
+	cr_assert_eq(lb_release(t, lb_str(g, "lease")), 0);
+	lb_expect_no_queue(r, h, "cx", 1000, false);
+	lb_expect_no_queue(r, h, "cy", 1000, false);
 	lb_end();
 }
 
@@ -394,15 +341,15 @@ LB_TEST(wait, session_end_withdraws_waiters_and_frees_leases, 30)
 	acq_send(x, NULL, "se", "x2", -1, 0);
 	lb_sleep_ms(50);
 	json_t *wid = acq_send(w, NULL, "se", NULL, -1, 0);
-	wait_waiters(obs, "se", 3, 2000);
+	lb_wait_waiters(obs, "se", 3, 2000);
 	cr_assert_eq(lb_int(lb_stats(h), "waiters"), 2);
 	cr_assert_eq(lb_int(lb_stats(obs), "waiters"), 1);
 
 	/* x disconnects while waiting: its waiters leave the queue */
 	lb_close(x);
-	wait_waiters(obs, "se", 1, 1000);
+	lb_wait_waiters(obs, "se", 1, 1000);
 	cr_assert_eq(lb_int(lb_stats(h), "waiters"), 0);
-	expect_silent(w, 200, "w while h holds");
+	lb_expect_silent(w, 200, "w while h holds");
 
 	/* h disconnects while holding: w (other broker) gets the lock */
 	int64_t t0 = lb_now_ms();
@@ -411,8 +358,8 @@ LB_TEST(wait, session_end_withdraws_waiters_and_frees_leases, 30)
 	int64_t dt = lb_now_ms() - t0;
 	expect_acquired(g, "se", 1);
 	cr_assert_lt(dt, 1000, "granted %lld ms after the holder's disconnect", (long long)dt);
-	cr_assert_eq(release(w, lb_str(g, "lease")), 0);
-	expect_no_queue(r, obs, "se");
+	cr_assert_eq(lb_release(w, lb_str(g, "lease")), 0);
+	lb_expect_no_queue(r, obs, "se", 1000, false);
 	lb_end();
 }
 
@@ -429,9 +376,9 @@ LB_TEST(wait, handoff_after_release_disconnect_and_expiry, 30)
 	/* after a release (waiter on the other broker) */
 	const char *hl = lb_must_acquire(h, "ho", 30000);
 	id = acq_send(w, NULL, "ho", NULL, -1, 0);
-	wait_waiters(h, "ho", 1, 2000);
+	lb_wait_waiters(h, "ho", 1, 2000);
 	t0 = lb_now_ms();
-	cr_assert_eq(release(h, hl), 0);
+	cr_assert_eq(lb_release(h, hl), 0);
 	g = lb_wait_response(w, id, 3000);
 	dt = lb_now_ms() - t0;
 	expect_acquired(g, "ho", 1);
@@ -440,7 +387,7 @@ LB_TEST(wait, handoff_after_release_disconnect_and_expiry, 30)
 
 	/* after a disconnect (w holds now; h waits) */
 	id = acq_send(h, NULL, "ho", NULL, -1, 0);
-	wait_waiters(h, "ho", 1, 2000);
+	lb_wait_waiters(h, "ho", 1, 2000);
 	t0 = lb_now_ms();
 	lb_close(w);
 	g = lb_wait_response(h, id, 3000);
@@ -448,7 +395,7 @@ LB_TEST(wait, handoff_after_release_disconnect_and_expiry, 30)
 	expect_acquired(g, "ho", 1);
 	cr_assert_lt(dt, 500, "disconnect: granted after %lld ms", (long long)dt);
 	cr_log_info("handoff after disconnect: %lld ms", (long long)dt);
-	cr_assert_eq(release(h, lb_str(g, "lease")), 0);
+	cr_assert_eq(lb_release(h, lb_str(g, "lease")), 0);
 
 	/* after the holder's TTL ran out (watchdog false, ttl 300) */
 	w = lb_connect(b, LB_UNIX);
@@ -472,9 +419,9 @@ LB_TEST(wait, handoff_after_release_disconnect_and_expiry, 30)
 	cr_assert_str_eq(lb_str(ev, "reason"), "expired", "%s", lb_dump(ev));
 	lb_expect_err(lb_call(h, "{s:s, s:s}", "op", "release", "lease", lb_str(e, "lease")),
 	              "not_held");
-	cr_assert_eq(release(w, lb_str(g, "lease")), 0);
-	expect_no_queue(r, h, "ho");
-	expect_no_queue(r, h, "hx");
+	cr_assert_eq(lb_release(w, lb_str(g, "lease")), 0);
+	lb_expect_no_queue(r, h, "ho", 1000, false);
+	lb_expect_no_queue(r, h, "hx", 1000, false);
 	lb_end();
 }
 
@@ -502,30 +449,30 @@ LB_TEST(wait, inspect_and_stats_count_waiters, 30)
 	json_t *i3 = acq_send(w3, NULL, "is", NULL, -1, 0);
 	json_t *i4 = acq_send(w3, NULL, "other", NULL, -1, 0); /* free: granted */
 	expect_acquired(lb_wait_response(w3, i4, 2000), "other", 1);
-	wait_waiters(h, "is", 3, 2000);
-	cr_assert_eq(inspect_waiters(ob, "is"), 3, "inspect on either broker counts all");
+	lb_wait_waiters(h, "is", 3, 2000);
+	cr_assert_eq(lb_inspect_waiters(ob, "is"), 3, "inspect on either broker counts all");
 	cr_assert_eq(lb_int(lb_stats(h), "waiters"), 2);
 	cr_assert_eq(lb_int(lb_stats(ob), "waiters"), 1);
-	cr_assert_eq(inspect_waiters(ob, "other"), 0);
+	cr_assert_eq(lb_inspect_waiters(ob, "other"), 0);
 
 	lb_expect_err(lb_wait_response(w2, i2, 3000), "timeout");
-	cr_assert_eq(inspect_waiters(ob, "is"), 2);
+	cr_assert_eq(lb_inspect_waiters(ob, "is"), 2);
 	cr_assert_eq(lb_int(lb_stats(h), "waiters"), 1);
 	cr_assert_eq(lb_int(lb_stats(h), "timeouts_total"), ta + 1);
 	cr_assert_eq(lb_int(lb_stats(ob), "timeouts_total"), tb);
 
-	cr_assert_eq(release(h, hl), 0);
+	cr_assert_eq(lb_release(h, hl), 0);
 	json_t *g = lb_wait_response(w1, i1, 2000);
 	expect_acquired(g, "is", 1);
-	cr_assert_eq(inspect_waiters(ob, "is"), 1);
+	cr_assert_eq(lb_inspect_waiters(ob, "is"), 1);
 	cr_assert_eq(lb_int(lb_stats(h), "waiters"), 0);
-	cr_assert_eq(release(w1, lb_str(g, "lease")), 0);
+	cr_assert_eq(lb_release(w1, lb_str(g, "lease")), 0);
 	g = lb_wait_response(w3, i3, 2000);
 	expect_acquired(g, "is", 1);
 	cr_assert_eq(lb_int(lb_stats(ob), "waiters"), 0);
-	cr_assert_eq(inspect_waiters(h, "is"), 0);
-	cr_assert_eq(release(w3, lb_str(g, "lease")), 0);
-	expect_no_queue(r, h, "is");
+	cr_assert_eq(lb_inspect_waiters(h, "is"), 0);
+	cr_assert_eq(lb_release(w3, lb_str(g, "lease")), 0);
+	lb_expect_no_queue(r, h, "is", 1000, false);
 	lb_end();
 }
 
@@ -550,25 +497,25 @@ LB_TEST(wait, limit_waiters_per_session, 30)
 	              "limit_exceeded");
 	/* another session has its own allowance */
 	json_t *tid = acq_send(t, NULL, locks[3], NULL, -1, 0);
-	expect_silent(t, 200, "t waits");
+	lb_expect_silent(t, 200, "t waits");
 	cr_assert_eq(lb_int(lb_stats(s), "waiters"), 4);
 	/* one waiter ends (cancel): room for one more */
 	json_t *c = lb_call(s, "{s:s, s:O}", "op", "cancel", "target", ids[0]);
 	cr_assert(lb_bool(c, "cancelled"), "%s", lb_dump(c));
 	lb_expect_err(lb_wait_response(s, ids[0], 2000), "cancelled");
 	json_t *nid = acq_send(s, NULL, locks[3], "s", -1, 0);
-	expect_silent(s, 200, "a waiter within the limit");
+	lb_expect_silent(s, 200, "a waiter within the limit");
 	lb_expect_err(lb_wait_response(s, acq_send(s, NULL, locks[0], NULL, 100, 0), 2000),
 	              "limit_exceeded");
-	cr_assert_eq(inspect_waiters(h, locks[3]), 2);
+	cr_assert_eq(lb_inspect_waiters(h, locks[3]), 2);
 
 	lb_close(s);
 	lb_close(t);
 	(void)tid;
 	(void)nid;
 	for (int k = 0; k < 4; k++) {
-		cr_assert_eq(release(h, leases[k]), 0);
-		expect_no_queue(r, h, locks[k]);
+		cr_assert_eq(lb_release(h, leases[k]), 0);
+		lb_expect_no_queue(r, h, locks[k], 1000, false);
 	}
 	lb_end();
 }
@@ -589,12 +536,12 @@ LB_TEST(wait, limit_waiters_per_broker, 30)
 		ids[k] = acq_send(w[k], NULL, "pb", NULL, -1, 0);
 		lb_sleep_ms(20); /* arrival order known */
 	}
-	wait_waiters(h, "pb", 3, 2000);
+	lb_wait_waiters(h, "pb", 3, 2000);
 	lb_expect_err(lb_wait_response(w[3], acq_send(w[3], NULL, "pb", NULL, -1, 0), 2000),
 	              "limit_exceeded");
 	/* the other broker has its own allowance */
 	json_t *vid = acq_send(v, NULL, "pb", NULL, -1, 0);
-	wait_waiters(h, "pb", 4, 2000);
+	lb_wait_waiters(h, "pb", 4, 2000);
 	cr_assert_eq(lb_int(lb_stats(h), "waiters"), 3);
 	/* a waiter leaves (its session ends): room again */
 	lb_close(w[0]);
@@ -602,19 +549,19 @@ LB_TEST(wait, limit_waiters_per_broker, 30)
 	while (lb_int(lb_stats(h), "waiters") != 2 && lb_now_ms() < deadline)
 		lb_sleep_ms(10);
 	ids[3] = acq_send(w[3], NULL, "pb", NULL, -1, 0);
-	expect_silent(w[3], 300, "a waiter within the limit");
+	lb_expect_silent(w[3], 300, "a waiter within the limit");
 	cr_assert_eq(lb_int(lb_stats(h), "waiters"), 3);
 
 	/* the queue is served in order: w1, w2, v, w3 */
-	cr_assert_eq(release(h, hl), 0);
+	cr_assert_eq(lb_release(h, hl), 0);
 	lb_client *order[] = {w[1], w[2], v, w[3]};
 	json_t *oid[] = {ids[1], ids[2], vid, ids[3]};
 	for (int k = 0; k < 4; k++) {
 		json_t *g = lb_wait_response(order[k], oid[k], 3000);
 		expect_acquired(g, "pb", 1);
-		cr_assert_eq(release(order[k], lb_str(g, "lease")), 0);
+		cr_assert_eq(lb_release(order[k], lb_str(g, "lease")), 0);
 	}
-	expect_no_queue(r, h, "pb");
+	lb_expect_no_queue(r, h, "pb", 1000, false);
 	lb_end();
 }
 
@@ -635,7 +582,7 @@ LB_TEST(wait, limit_queue_per_lock_across_brokers, 30)
 	json_t *i1 = acq_send(w1, NULL, "pq", NULL, -1, 0);
 	lb_sleep_ms(20);
 	json_t *i2 = acq_send(w2, NULL, "pq", NULL, -1, 0);
-	wait_waiters(h, "pq", 3, 2000);
+	lb_wait_waiters(h, "pq", 3, 2000);
 	lb_expect_err(lb_wait_response(w3, acq_send(w3, NULL, "pq", NULL, -1, 0), 2000),
 	              "limit_exceeded");
 	lb_expect_err(lb_wait_response(h, acq_send(h, NULL, "pq", "h2", 500, 0), 2000),
@@ -649,18 +596,18 @@ LB_TEST(wait, limit_queue_per_lock_across_brokers, 30)
 	/* w0 times out: room for one */
 	lb_expect_err(lb_wait_response(w0, i0, 3000), "timeout");
 	json_t *i3 = acq_send(w3, NULL, "pq", NULL, -1, 0);
-	wait_waiters(h, "pq", 3, 2000);
-	expect_silent(w3, 100, "w3 waits");
+	lb_wait_waiters(h, "pq", 3, 2000);
+	lb_expect_silent(w3, 100, "w3 waits");
 
-	cr_assert_eq(release(h, hl), 0);
+	cr_assert_eq(lb_release(h, hl), 0);
 	lb_client *order[] = {w1, w2, w3};
 	json_t *oid[] = {i1, i2, i3};
 	for (int k = 0; k < 3; k++) {
 		json_t *g = lb_wait_response(order[k], oid[k], 3000);
 		expect_acquired(g, "pq", 1);
-		cr_assert_eq(release(order[k], lb_str(g, "lease")), 0);
+		cr_assert_eq(lb_release(order[k], lb_str(g, "lease")), 0);
 	}
-	expect_no_queue(r, h, "pq");
+	lb_expect_no_queue(r, h, "pq", 1000, false);
 	lb_end();
 }
 
@@ -682,7 +629,7 @@ LB_TEST(wait, no_queue_entries_after_everything_ended, 30)
 		ids[k] = acq_send(c[k], json_integer(100 + k), "nl", NULL, k < 2 ? 400 : -1, 0);
 		lb_sleep_ms(20); /* arrival order known */
 	}
-	wait_waiters(h, "nl", 8, 2000);
+	lb_wait_waiters(h, "nl", 8, 2000);
 	/* 0, 1: timeout */
 	lb_expect_err(lb_wait_response(c[0], ids[0], 3000), "timeout");
 	lb_expect_err(lb_wait_response(c[1], ids[1], 3000), "timeout");
@@ -695,19 +642,19 @@ LB_TEST(wait, no_queue_entries_after_everything_ended, 30)
 	/* 4, 5: disconnect while waiting */
 	lb_close(c[4]);
 	lb_close(c[5]);
-	wait_waiters(h, "nl", 2, 2000);
+	lb_wait_waiters(h, "nl", 2, 2000);
 	/* 6: granted, released; 7: granted, disconnects while holding */
-	cr_assert_eq(release(h, hl), 0);
+	cr_assert_eq(lb_release(h, hl), 0);
 	json_t *g = lb_wait_response(c[6], ids[6], 2000);
 	expect_acquired(g, "nl", 1);
-	cr_assert_eq(release(c[6], lb_str(g, "lease")), 0);
+	cr_assert_eq(lb_release(c[6], lb_str(g, "lease")), 0);
 	expect_acquired(lb_wait_response(c[7], ids[7], 2000), "nl", 1);
 	lb_close(c[7]);
 	int64_t deadline = lb_now_ms() + 1000;
 	while (strcmp(lb_str(lb_inspect(h, "nl"), "state"), "free") != 0 && lb_now_ms() < deadline)
 		lb_sleep_ms(10);
 	lb_expect_free(h, "nl");
-	expect_no_queue(r, h, "nl");
+	lb_expect_no_queue(r, h, "nl", 1000, false);
 	cr_assert_eq(lb_int(lb_stats(h), "waiters"), 0);
 	lb_client *ob = lb_connect(b, LB_TCP);
 	cr_assert_eq(lb_int(lb_stats(ob), "waiters"), 0);
@@ -740,7 +687,7 @@ LB_TEST(wait, sigterm_answers_pending_waiters_shutting_down, 30)
 	lb_must_acquire(h, "sd", 30000);
 	json_t *i1 = acq_send(w, NULL, "sd", "o1", -1, 0);
 	json_t *i2 = acq_send(w, NULL, "sd", "o2", 5000, 0);
-	wait_waiters(h, "sd", 2, 2000);
+	lb_wait_waiters(h, "sd", 2, 2000);
 
 	/* b stops (and must exit 0) while its waiters are pending */
 	lb_broker_stop(b);
@@ -750,10 +697,10 @@ LB_TEST(wait, sigterm_answers_pending_waiters_shutting_down, 30)
 	lb_expect_err(lb_wait_response(w, i1, 1000), "shutting_down");
 	lb_expect_err(lb_wait_response(w, i2, 1000), "shutting_down");
 	/* its queue entries are gone with it */
-	wait_waiters(h, "sd", 0, 2000);
+	lb_wait_waiters(h, "sd", 0, 2000);
 	json_t *in = lb_inspect(h, "sd");
 	cr_assert_str_eq(lb_str(in, "state"), "exclusive", "%s", lb_dump(in));
-	expect_no_queue(r, h, "sd");
+	lb_expect_no_queue(r, h, "sd", 1000, false);
 	lb_end();
 	expect_no_failed_assertion(a);
 	expect_no_failed_assertion(b);
@@ -770,7 +717,7 @@ LB_TEST(wait, stop_right_after_waiting_clients_disconnect, 30)
 		w[k] = lb_connect(b, k ? LB_UNIX : LB_TCP);
 		acq_send(w[k], NULL, "sc", NULL, k == 2 ? 10000 : -1, 0);
 	}
-	wait_waiters(h, "sc", 3, 2000);
+	lb_wait_waiters(h, "sc", 3, 2000);
 	/* lb_end closes every client, then stops the broker at once and
 	 * asserts it exits with status 0 (withdraws and timers in flight). */
 	lb_end();
