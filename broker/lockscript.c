@@ -1,8 +1,9 @@
 /*
  * lockscript.c - builder of lock script calls (see lockscript.h). The key
- * format lives here and only here: P "{" NAME "}:" suffix, with '='
- * before a NAME that starts with '}' or '=' so the hash tag is never empty
- * and the mapping stays one to one.
+ * format lives here and only here: P "{" NAME "}" for the lock's header
+ * and P "{" NAME "}:" suffix for the others, with '=' before a NAME that
+ * starts with '}' or '=' so the hash tag is never empty and the mapping
+ * stays one to one.
  */
 #include "broker/lockscript.h"
 
@@ -37,7 +38,8 @@ static void push(lockscript_t *ls, const char *s, size_t len)
 
 void lockscript_begin(lockscript_t *ls, const char *lock, size_t lock_len, int nkeys, bool context)
 {
-	static const char suffix[LOCK_NKEYS] = {'h', 'i', 'f', 'q', 'w', 'd', 's'};
+	/* The header (third) is the bare P{NAME}. */
+	static const char suffix[LOCK_NKEYS] = {'h', 'i', 0, 'q', 'w', 'd', 's'};
 	const char *prefix = server.cfg->prefix;
 	size_t plen = strlen(prefix);
 	bool escape = lock_len > 0 && (lock[0] == '}' || lock[0] == '=');
@@ -62,8 +64,10 @@ void lockscript_begin(lockscript_t *ls, const char *lock, size_t lock_len, int n
 		memcpy(p, lock, lock_len);
 		p += lock_len;
 		*p++ = '}';
-		*p++ = ':';
-		*p++ = suffix[k];
+		if (suffix[k] != 0) {
+			*p++ = ':';
+			*p++ = suffix[k];
+		}
 		push(ls, start, (size_t)(p - start));
 	}
 	if (context) {

@@ -16,8 +16,8 @@
 #include "broker/rpool.h"
 #include "broker/scripts.h"
 
-#define LOCK_NKEYS 7      /* holders, info, fence, queue, waiters, deadlines, seq */
-#define LOCK_NKEYS_HOLDER 3 /* holders, info, fence: scripts that touch no queue */
+#define LOCK_NKEYS 7      /* holders, info, header, queue, waiters, deadlines, seq */
+#define LOCK_NKEYS_HOLDER 3 /* holders, info, header: scripts that touch no queue */
 #define LOCKSCRIPT_INLINE_ARGS 32
 /* Waiters stop heartbeating when their broker dies; Redis drops them this
  * long after the last heartbeat. The safety net heartbeats every second. */

@@ -1,10 +1,27 @@
 #!/bin/sh
-# Embeds the lock scripts into one C file. Each script is PRELUDE followed by
-# lua/NAME.lua, stored as an array plus a table entry script_sources[] in the
-# order given. Nothing here comes from input at run time: the text is fixed
-# at build time.
+# Embeds the lock scripts into one C file. Each script is lua/NAME.lua with
+# PRELUDE inserted in place of its line "--@prelude" (or before its first
+# line when it has none), stored as an array plus a table entry
+# script_sources[] in the order given. A script's fast path goes above the
+# marker: Lua creates the prelude's helper closures only when a call gets
+# that far, which is most of the cost of a short script. Nothing here comes
+# from input at run time: the text is fixed at build time.
 # Usage: embed-lua.sh OUT.c PRELUDE.lua lua/a.lua lua/b.lua ...
+#        embed-lua.sh --text PRELUDE.lua lua/a.lua   (the assembled script)
 set -eu
+
+assemble() { # PRELUDE SCRIPT
+	if grep -qx -- '--@prelude' "$2"; then
+		awk -v p="$1" '$0 == "--@prelude" { while ((getline l < p) > 0) print l; next } { print }' "$2"
+	else
+		cat "$1" "$2"
+	fi
+}
+
+if [ "$1" = "--text" ]; then
+	assemble "$2" "$3"
+	exit 0
+fi
 out=$1; prelude=$2; shift 2
 tmp="$out.tmp"
 {
@@ -14,7 +31,7 @@ tmp="$out.tmp"
 	for f in "$@"; do
 		name=$(basename "$f" .lua)
 		echo "static const unsigned char lua_$name[] = {"
-		cat "$prelude" "$f" | xxd -i
+		assemble "$prelude" "$f" | xxd -i
 		echo "};"
 	done
 	echo "const struct script_src script_sources[] = {"

@@ -11,22 +11,39 @@
 -- fair: granted only when nobody is queued ahead. Not fair: may pass queued
 -- waiters, except that a shared request never passes a queued exclusive
 -- one (writers are not starved).
+-- The fast path: nobody holds or awaits the lock (header without 'm' or a
+-- live solo holder, and if the header is missing, no model keys either).
+-- The request is granted as the solo holder: 4 Redis calls.
+local t = redis.call('TIME')
+local hv = redis.call('HMGET', KEYS[3], 'm', 'o', 'x', 'f')
+if not hv[1] then
+  local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  if (not hv[2] or tonumber(hv[3]) <= now_ms)
+      and (hv[4] or redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4], KEYS[6]) == 0) then
+    local ttl, max_hold = tonumber(ARGV[9]), tonumber(ARGV[12])
+    local expiry, deadline = now_ms + ttl, 0
+    if max_hold > 0 then
+      deadline = now_ms + max_hold
+      if deadline < expiry then expiry = deadline end
+    end
+    local fence = t[1] * 1000000 + t[2]
+    local last = tonumber(hv[4] or '0')
+    if last + 1 > fence then fence = last + 1 end
+    redis.call('HSET', KEYS[3], 'f', string.format('%.0f', fence), 'o', ARGV[6], 'x', expiry,
+               'c', 1, 'k', ARGV[7], 'l', ARGV[8], 'e', deadline, 'w', ARGV[10], 'n', ARGV[11])
+    redis.call('PEXPIRE', KEYS[3], expiry - now_ms + tonumber(ARGV[1]))
+    return {1, fence, expiry - now_ms}
+  end
+end
+--@prelude
 local K = keys_of(KEYS)
-local C, a = context_of(ARGV)
+local C, a = context_of(ARGV, t)
 local id, mode, limit = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
 local ttl, owner, client = tonumber(ARGV[a + 3]), ARGV[a + 4], ARGV[a + 5]
 local max_hold, wait, fair = tonumber(ARGV[a + 6]), ARGV[a + 7] == '1', ARGV[a + 8] == '1'
 local max_queue = tonumber(ARGV[a + 9])
 
--- The common case first: nothing held, nobody queued, no leftovers. Then
--- every request fits and nobody is ahead of it (9 calls, not ~20).
-if redis.call('EXISTS', K.h, K.q, K.i) == 0 then
-  local fence, t = grant(K, C, id, mode, limit, ttl, owner, client, max_hold, true)
-  redis.call('PEXPIRE', K.h, t)
-  redis.call('PEXPIRE', K.i, t)
-  return {1, fence, t}
-end
-
+unsolo(K, C)
 purge(K.h, K.i, C.now_ms)
 purge_waiters(K, C.now_ms)
 

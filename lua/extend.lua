@@ -1,19 +1,35 @@
 -- extend.lua: set a holder's remaining lifetime (the watchdog's renewal and
 -- the extend op), never past its max-hold deadline.
--- KEYS: holders, info, fence. ARGV: id, ttl_ms, retention_ms
+-- KEYS: holders, info, header. ARGV: id, ttl_ms, retention_ms
 -- Returns the lifetime set in ms, or -1 when the id holds nothing.
-local h, i, f = KEYS[1], KEYS[2], KEYS[3]
+
+-- The fast path: a solo holder lives in the header (4 Redis calls); when
+-- it is another id, the model is empty and id holds nothing.
+local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'e')
+if hv[1] then
+  if hv[1] ~= ARGV[1] then return -1 end
+  local t = redis.call('TIME')
+  local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  if tonumber(hv[2]) <= now_ms then return -1 end
+  local expiry, deadline = now_ms + tonumber(ARGV[2]), tonumber(hv[3])
+  if deadline > 0 and deadline < expiry then expiry = deadline end
+  redis.call('HSET', KEYS[3], 'x', expiry)
+  redis.call('PEXPIRE', KEYS[3], expiry - now_ms + tonumber(ARGV[3]))
+  return expiry - now_ms
+end
+--@prelude
+local h, i, hd = KEYS[1], KEYS[2], KEYS[3]
 local id, ttl, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms = clock()
 -- No purge of the others: this is the watchdog's hot path, and retime
 -- below only needs the latest expiry.
 local info = live_holder(h, i, id, now_ms)
 if not info then
-  retime(h, i, f, now_ms, retention)
+  retime(h, i, hd, now_ms, retention)
   return -1
 end
 local expiry = now_ms + ttl
 if info[3] > 0 and info[3] < expiry then expiry = info[3] end
 redis.call('ZADD', h, 'XX', expiry, id)
-retime(h, i, f, now_ms, retention)
+retime(h, i, hd, now_ms, retention)
 return expiry - now_ms

@@ -10,6 +10,7 @@
 -- was lost).
 local K = keys_of(KEYS)
 local C, a = context_of(ARGV)
+unsolo(K, C)
 
 purge(K.h, K.i, C.now_ms)
 purge_waiters(K, C.now_ms)

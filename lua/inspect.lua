@@ -5,10 +5,22 @@
 -- holders or else the queued waiters.
 local K = keys_of(KEYS)
 local now_ms = clock()
+-- A solo holder: the model is empty (see the prelude).
+local v = redis.call('HMGET', K.hd, 'f', unpack(SOLO))
+if v[2] then
+  local solo = {0, v[1] or false, 0}
+  if tonumber(v[3]) > now_ms then
+    solo[1] = tonumber(v[6])
+    for _, x in ipairs({v[5], tonumber(v[3]) - now_ms, tonumber(v[4]), v[8], v[9]}) do
+      solo[#solo + 1] = x
+    end
+  end
+  return solo
+end
 purge(K.h, K.i, now_ms)
 purge_waiters(K, now_ms)
 local held = holders(K.h, K.i)
-local out = {0, redis.call('GET', K.f) or false, redis.call('ZCARD', K.q)}
+local out = {0, v[1] or false, redis.call('ZCARD', K.q)}
 local head = redis.call('ZRANGE', K.q, 0, 0)[1]
 local hw = head and info_get(K.w, head)
 if hw then out[1] = hw[2] end

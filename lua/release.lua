@@ -4,31 +4,30 @@
 -- as when a session ends).
 -- Returns {count left (0 = freed), grants...}, or {-1} when the id holds
 -- nothing.
+
+-- The fast path: id is the live solo holder (nobody waits: 4 Redis calls),
+-- or another id is (so the model is empty and id holds nothing).
+local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'c')
+if hv[1] then
+  if hv[1] ~= ARGV[6] then return {-1} end
+  local t = redis.call('TIME')
+  if tonumber(hv[2]) > t[1] * 1000 + math.floor(t[2] / 1000) then
+    local count = tonumber(hv[3])
+    if count > 1 and ARGV[7] ~= '1' then
+      redis.call('HSET', KEYS[3], 'c', count - 1)
+      return {count - 1}
+    end
+    redis.call('HDEL', KEYS[3], 'o', 'x', 'c', 'k', 'l', 'e', 'w', 'n')
+    redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[1]))
+    return {0}
+  end
+end
+--@prelude
 local K = keys_of(KEYS)
 local C, a = context_of(ARGV)
 local id, all = ARGV[a], ARGV[a + 1] == '1'
 
--- Nobody queued (the common case): nothing to purge there, nobody to wake.
-if redis.call('EXISTS', K.q) == 0 then
-  local info = live_holder(K.h, K.i, id, C.now_ms)
-  if info and info[2] > 1 and not all then
-    info[2] = info[2] - 1
-    info_set(K.i, id, info)
-    return {info[2]}
-  end
-  if info then
-    redis.call('ZREM', K.h, id)
-    redis.call('HDEL', K.i, id)
-    if redis.call('EXISTS', K.h) == 0 then
-      -- The last holder: :h and :i went with it; the fence stays a while.
-      redis.call('PEXPIRE', K.f, C.retention)
-      return {0}
-    end
-  end
-  retime(K.h, K.i, K.f, C.now_ms, C.retention)
-  return {info and 0 or -1}
-end
-
+unsolo(K, C)
 purge(K.h, K.i, C.now_ms)
 purge_waiters(K, C.now_ms)
 

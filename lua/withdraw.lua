@@ -6,6 +6,7 @@
 -- the calling broker follow as triples.
 local K = keys_of(KEYS)
 local C, a = context_of(ARGV)
+unsolo(K, C)
 local id = ARGV[a]
 
 purge(K.h, K.i, C.now_ms)

@@ -1,6 +1,8 @@
 -- prelude.lua: the data model and the helpers shared by every lock script.
--- The build prepends this file to each lua/*.lua script before embedding it
--- (deploy/embed-lua.sh); it is never sent to Redis on its own.
+-- The build inserts this file into each lua/*.lua script at its line
+-- "--@prelude", or before its first line (deploy/embed-lua.sh); it is never
+-- sent to Redis on its own. Code above the marker is a script's fast path:
+-- it runs before any helper below exists, so it uses none of them.
 --
 -- One lock NAME under prefix P. All keys share the hash tag {NAME}, so every
 -- script touches one Redis Cluster slot; a NAME starting with '}' or '=' is
@@ -9,7 +11,13 @@
 --   1 P{NAME}:h  zset   holder id -> expiry, Redis time in ms
 --   2 P{NAME}:i  hash   holder id -> cmsgpack {mode, count, max-hold
 --                       deadline ms or 0, owner, client, limit, fence}
---   3 P{NAME}:f  string the last fencing token issued
+--   3 P{NAME}    hash   the lock's header:
+--                         f  the last fencing token issued
+--                         m  '1' while the full model (keys 1, 2, 4-7) is
+--                            in use
+--                         o, x, c, k, l, e, w, n  the solo holder: id,
+--                            expiry ms, count, mode, limit, max-hold
+--                            deadline ms or 0, owner, client
 --   4 P{NAME}:q  zset   waiter id -> arrival number (the FIFO queue)
 --   5 P{NAME}:w  hash   waiter id -> cmsgpack {mode, limit, ttl, owner,
 --                       client, max-hold ms, broker id}
@@ -19,13 +27,27 @@
 -- Holder and waiter ids are lease tokens: a waiter keeps its id when it is
 -- granted.
 --
+-- Two layouts, never both at once:
+--   solo   one holder, nobody queued: it lives in the header alone, so an
+--          uncontended acquire, release, renewal or re-entry is 4 Redis
+--          calls (the fast paths above the marker in acquire, release,
+--          extend and reenter).
+--   model  anything else: holders in :h/:i, waiters in :q/:w/:d/:s.
+-- A fast acquire grants solo only when the header has no 'm' and no live
+-- solo holder, and, if the header is missing altogether, none of :h :i :q
+-- :d exists either (so a lost header never hides the model). Every other
+-- script first moves a solo holder into the model (unsolo), and its
+-- finish() sets 'm' while the model holds anyone and clears it when the
+-- model is empty. So a solo holder and the model never coexist.
+--
 -- Invariants: every script drops expired holders and waiters whose broker
 -- stopped heartbeating before anything else; a holder exists only when
 -- both its expiry and its info do; an expiry never passes its holder's
 -- max-hold deadline; a waiter is in :q, :w and :d or in none; the lock's
--- keys expire with their last holder or waiter, :f a retention margin
--- later; fence = max(last + 1, Redis time in us), so it increases even
--- after :f itself expired. Times come only from the Redis clock.
+-- keys expire with their last holder or waiter, the header (and so the
+-- fence) a retention margin later; fence = max(last + 1, Redis time in
+-- us), so it increases even after the header itself expired. Times come
+-- only from the Redis clock.
 --
 -- Waking: promote() grants waiters in queue order while they fit. A waiter
 -- of the broker running the script (C.broker) is granted at once and
@@ -36,21 +58,23 @@
 -- script its own broker sent, and the broker's send time bounds the
 -- lease's expiry from below.
 
-local function clock()
-  local t = redis.call('TIME')
+-- Now in ms and in us, from t (a TIME reply a fast path already took) or
+-- from a TIME call.
+local function clock(t)
+  t = t or redis.call('TIME')
   local s, us = tonumber(t[1]), tonumber(t[2])
   return s * 1000 + math.floor(us / 1000), s * 1000000 + us
 end
 
 local function keys_of(k)
-  return {h = k[1], i = k[2], f = k[3], q = k[4], w = k[5], d = k[6], s = k[7]}
+  return {h = k[1], i = k[2], hd = k[3], q = k[4], w = k[5], d = k[6], s = k[7]}
 end
 
 -- The queue-aware scripts take these first: retention_ms, broker id, key
 -- prefix, lock name, heartbeat_ms. Returns the context and the index of the
--- first script-specific argument.
-local function context_of(argv)
-  local now_ms, now_us = clock()
+-- first script-specific argument. t: as for clock().
+local function context_of(argv, t)
+  local now_ms, now_us = clock(t)
   return {retention = tonumber(argv[1]), broker = argv[2], prefix = argv[3],
           name = argv[4], heartbeat = tonumber(argv[5]),
           now_ms = now_ms, now_us = now_us}, 6
@@ -80,19 +104,42 @@ local function purge(h, i, now_ms)
   end
 end
 
--- Sets the holder keys' lifetimes from the latest expiry; with no holder
--- left only the fence survives, for the retention margin.
-local function retime(h, i, f, now_ms, retention)
+-- Sets the holder keys' lifetimes from the latest expiry, the header's a
+-- retention margin longer; with no holder left only the header survives,
+-- for the retention margin. Returns the ms the holders keep, nil for none.
+-- Never called while a solo holder lives in the header (see unsolo).
+local function retime(h, i, hd, now_ms, retention)
   local top = redis.call('ZRANGE', h, -1, -1, 'WITHSCORES')
   if #top == 0 then
     redis.call('DEL', h, i)
-    redis.call('PEXPIRE', f, retention)
-    return
+    redis.call('PEXPIRE', hd, retention)
+    return nil
   end
   local keep = tonumber(top[2]) - now_ms
   redis.call('PEXPIRE', h, keep)
   redis.call('PEXPIRE', i, keep)
-  redis.call('PEXPIRE', f, keep + retention)
+  redis.call('PEXPIRE', hd, keep + retention)
+  return keep
+end
+
+-- The solo holder's fields in the header, for HMGET and HDEL.
+local SOLO = {'o', 'x', 'c', 'k', 'l', 'e', 'w', 'n'}
+
+-- Moves a solo holder (if any, and live) from the header into the model,
+-- and notes in C.m whether the header says the model is in use. Every
+-- script that works on the model with all seven keys starts with this.
+local function unsolo(K, C)
+  local v = redis.call('HMGET', K.hd, 'm', 'f', unpack(SOLO))
+  C.m = v[1] ~= false
+  local id = v[3]
+  if not id then return end
+  redis.call('HDEL', K.hd, unpack(SOLO))
+  local expiry = tonumber(v[4])
+  if expiry <= C.now_ms then return end
+  redis.call('ZADD', K.h, expiry, id)
+  -- {mode, count, deadline, owner, client, limit, fence}
+  redis.call('HSET', K.i, id, cmsgpack.pack({v[6], tonumber(v[5]), tonumber(v[8]),
+                                             v[9], v[10], tonumber(v[7]), tonumber(v[2])}))
 end
 
 -- A holder exists only when both its expiry and its info do. Half of one
@@ -154,14 +201,17 @@ end
 
 -- Every script that touched the queue ends with this: the queue keys live
 -- as long as the last heartbeat deadline, and go with the last waiter.
+-- Returns whether anyone waits. (The header outlives them: its retention
+-- margin is longer than a heartbeat.)
 local function retime_queue(K, now_ms)
   local top = redis.call('ZRANGE', K.d, -1, -1, 'WITHSCORES')
   if #top == 0 then
     redis.call('DEL', K.q, K.w, K.d, K.s)
-    return
+    return false
   end
   local keep = tonumber(top[2]) - now_ms + 1000
   for _, k in ipairs({K.q, K.w, K.d, K.s}) do redis.call('PEXPIRE', k, keep) end
+  return true
 end
 
 -- Whether a request of mode/limit fits next to the holders as counted by
@@ -180,25 +230,20 @@ local function count_holders(list)
   return #list, xheld
 end
 
--- Makes id a holder; returns its fence and the lifetime granted. sole: id
--- is the only holder, so the fence key's lifetime is set here too (the
--- caller then skips retime).
-local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold, sole)
+-- Makes id a holder (in the model); returns its fence and the lifetime
+-- granted.
+local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
   local expiry, deadline = C.now_ms + ttl, 0
   if max_hold > 0 then
     deadline = C.now_ms + max_hold
     if deadline < expiry then expiry = deadline end
   end
   local fence = C.now_us
-  local last = tonumber(redis.call('GET', K.f) or '0')
+  local last = tonumber(redis.call('HGET', K.hd, 'f') or '0')
   if last + 1 > fence then fence = last + 1 end
   redis.call('ZADD', K.h, expiry, id)
   info_set(K.i, id, {mode, 1, deadline, owner, client, limit, fence})
-  if sole then
-    redis.call('SET', K.f, string.format('%.0f', fence), 'PX', expiry - C.now_ms + C.retention)
-  else
-    redis.call('SET', K.f, string.format('%.0f', fence))
-  end
+  redis.call('HSET', K.hd, 'f', string.format('%.0f', fence))
   return fence, expiry - C.now_ms
 end
 
@@ -232,11 +277,18 @@ local function promote(K, C)
   return out
 end
 
--- The end of every queue-aware script: key lifetimes, then the reply with
--- the grants for the calling broker appended.
+-- The end of every queue-aware script: key lifetimes, the header's 'm'
+-- (set while the model holds anyone, so no fast path grants past it), then
+-- the reply with the grants for the calling broker appended.
 local function finish(K, C, reply, granted)
-  retime(K.h, K.i, K.f, C.now_ms, C.retention)
-  retime_queue(K, C.now_ms)
+  local keep = retime(K.h, K.i, K.hd, C.now_ms, C.retention)
+  local model = retime_queue(K, C.now_ms) or keep ~= nil
+  if model and not C.m then
+    redis.call('HSET', K.hd, 'm', '1')
+    redis.call('PEXPIRE', K.hd, (keep or 0) + C.retention)
+  elseif C.m and not model then
+    redis.call('HDEL', K.hd, 'm')
+  end
   for _, v in ipairs(granted) do reply[#reply + 1] = v end
   return reply
 end

@@ -855,13 +855,15 @@ static int raw_rel_argv(slot_t *sl, const char **argv, size_t *lens)
 
 static void slot_init(slot_t *sl, conn_t *c, int idx, const char *kind, int cidx)
 {
-	static const char suffix[7] = {'h', 'i', 'f', 'q', 'w', 'd', 's'};
+	/* The broker's key layout (broker/lockscript.c): the header is the bare
+	 * P{NAME}. */
+	static const char *suffix[7] = {":h", ":i", "", ":q", ":w", ":d", ":s"};
 
 	sl->c = c;
 	sl->idx = idx;
 	snprintf(sl->lock, sizeof(sl->lock), "%s:%s:%d:%d", kind, runid, cidx, idx);
 	for (int k = 0; k < 7; k++)
-		snprintf(sl->keys[k], sizeof(sl->keys[k]), "%s{%s}:%c", O.prefix, sl->lock, suffix[k]);
+		snprintf(sl->keys[k], sizeof(sl->keys[k]), "%s{%s}%s", O.prefix, sl->lock, suffix[k]);
 	snprintf(sl->id, sizeof(sl->id), "%08x%08x%08x%08x", (unsigned)getpid(), (unsigned)cidx,
 	         (unsigned)idx, 0xbe4cu);
 }

@@ -130,9 +130,9 @@ if ! "$LB" ready -e "$EA" -e "$ETA" -e "$EB" -d 15; then
 fi
 
 # The broker's own scripts, exactly as deploy/embed-lua.sh builds them
-# (prelude + script, byte for byte, so the SHA is the broker's).
-cat "$top/lua/lib/prelude.lua" "$top/lua/acquire.lua" >"$tmp/acquire.lua"
-cat "$top/lua/lib/prelude.lua" "$top/lua/release.lua" >"$tmp/release.lua"
+# (byte for byte, so the SHA is the broker's).
+sh "$top/deploy/embed-lua.sh" --text "$top/lua/lib/prelude.lua" "$top/lua/acquire.lua" >"$tmp/acquire.lua"
+sh "$top/deploy/embed-lua.sh" --text "$top/lua/lib/prelude.lua" "$top/lua/release.lua" >"$tmp/release.lua"
 ACQ_SHA=$(redis-cli -s "$tmp/redis.sock" -x SCRIPT LOAD <"$tmp/acquire.lua")
 REL_SHA=$(redis-cli -s "$tmp/redis.sock" -x SCRIPT LOAD <"$tmp/release.lua")
 
@@ -192,7 +192,7 @@ runb "$LB" rawlua $COMMON --pid redis=$redis_pid --pid lbbench=0 -c 64 --acquire
 # ZREM/HDEL), a slight under-estimate of a real release. The cycle rate is
 # 1 / (1/acquire + 1/release).
 KEYS7=""
-for s in h i f q w d s; do KEYS7="$KEYS7 lb:{rb:__rand_int__}:$s"; done
+for s in :h :i '' :q :w :d :s; do KEYS7="$KEYS7 lb:{rb:__rand_int__}$s"; done
 rb_rate() { # n, then the command: prints requests/s
 	n=$1
 	shift

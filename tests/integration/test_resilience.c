@@ -226,6 +226,15 @@ LB_TEST(resilience, names_that_would_break_the_hash_tag, 30)
 	lb_end();
 }
 
+static const char *must_share(lb_client *c, const char *lock)
+{
+	json_t *r = lb_call(c, "{s:s, s:s, s:s, s:i, s:i}", "op", "acquire", "lock", lock, "mode",
+	                    "shared", "ttl_ms", 30000, "wait_ms", 0);
+
+	lb_expect_ok(r);
+	return lb_str(r, "lease");
+}
+
 LB_TEST(resilience, half_deleted_holder_is_not_held, 30)
 {
 	lb_redis *r = lb_redis_start(false);
@@ -233,21 +242,33 @@ LB_TEST(resilience, half_deleted_holder_is_not_held, 30)
 	lb_client *c = lb_connect(b, LB_TCP);
 	lb_client *other = lb_connect(b, LB_UNIX);
 	const char *lease = lb_must_acquire(c, "half", 30000);
+	const char *shared[2];
 	json_t *ev;
 
-	/* Only the expiry set disappears (as under an eviction policy). */
-	lb_redis_cmd(r, "DEL %s", "lb:{half}:h");
+	/* A lone holder lives in the lock's header: losing that key (as under
+	 * an eviction policy) loses the lease. */
+	lb_redis_cmd(r, "DEL %s", "lb:{half}");
 	lb_expect_err(lb_call(c, "{s:s, s:s, s:i}", "op", "extend", "lease", lease, "ttl_ms", 5000),
 	              "not_held");
 	ev = lb_next_event(c, 2000);
 	cr_assert_not_null(ev);
 	cr_expect_str_eq(lb_str(ev, "reason"), "gone");
 	lb_must_acquire(other, "half", 1000);
+
+	/* Two shared holders live in the holder keys. Only the expiry set
+	 * disappears: neither is held any more. */
+	shared[0] = must_share(c, "half2");
+	shared[1] = must_share(other, "half2");
+	lb_redis_cmd(r, "DEL %s", "lb:{half2}:h");
+	lb_expect_err(lb_call(c, "{s:s, s:s, s:i}", "op", "extend", "lease", shared[0], "ttl_ms", 5000),
+	              "not_held");
+	lb_expect_free(c, "half2");
 	/* And the other half: only the info hash disappears. */
-	lease = lb_must_acquire(c, "half2", 30000);
-	lb_redis_cmd(r, "DEL %s", "lb:{half2}:i");
-	lb_expect_free(other, "half2");
-	lb_expect_err(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease), "not_held");
+	shared[0] = must_share(c, "half3");
+	shared[1] = must_share(other, "half3");
+	lb_redis_cmd(r, "DEL %s", "lb:{half3}:i");
+	lb_expect_err(lb_call(other, "{s:s, s:s}", "op", "release", "lease", shared[1]), "not_held");
+	lb_expect_free(other, "half3");
 	lb_end();
 }
 
