@@ -30,7 +30,7 @@ if not hv[1] then
     local last = tonumber(hv[4] or '0')
     if last + 1 > fence then fence = last + 1 end
     redis.call('HSET', KEYS[3], 'f', string.format('%.0f', fence), 'o', ARGV[6], 'x', expiry,
-               'c', 1, 'k', ARGV[7], 'l', ARGV[8], 'e', deadline, 'w', ARGV[10], 'n', ARGV[11])
+               'c', '1', 'k', ARGV[7], 'l', ARGV[8], 'e', deadline, 'w', ARGV[10], 'n', ARGV[11])
     redis.call('PEXPIRE', KEYS[3], expiry - now_ms + tonumber(ARGV[1]))
     return {1, fence, expiry - now_ms}
   end

@@ -5,7 +5,7 @@
 -- Returns {count left (0 = freed), grants...}, or {-1} when the id holds
 -- nothing.
 
--- The fast path: id is the live solo holder (nobody waits: 4 Redis calls),
+-- The fast path: id is the live solo holder (nobody waits: 3 Redis calls),
 -- or another id is (so the model is empty and id holds nothing).
 local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'c')
 if hv[1] then
@@ -17,8 +17,9 @@ if hv[1] then
       redis.call('HSET', KEYS[3], 'c', count - 1)
       return {count - 1}
     end
-    redis.call('HDEL', KEYS[3], 'o', 'x', 'c', 'k', 'l', 'e', 'w', 'n')
-    redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[1]))
+    -- Only 'o' says there is a solo holder: the other fields may stay, and
+    -- the header keeps its lifetime (the holder's expiry plus retention).
+    redis.call('HDEL', KEYS[3], 'o')
     return {0}
   end
 end

@@ -17,7 +17,8 @@
 --                            in use
 --                         o, x, c, k, l, e, w, n  the solo holder: id,
 --                            expiry ms, count, mode, limit, max-hold
---                            deadline ms or 0, owner, client
+--                            deadline ms or 0, owner, client; only 'o'
+--                            says there is one (the others may be stale)
 --   4 P{NAME}:q  zset   waiter id -> arrival number (the FIFO queue)
 --   5 P{NAME}:w  hash   waiter id -> cmsgpack {mode, limit, ttl, owner,
 --                       client, max-hold ms, broker id}
@@ -29,8 +30,8 @@
 --
 -- Two layouts, never both at once:
 --   solo   one holder, nobody queued: it lives in the header alone, so an
---          uncontended acquire, release, renewal or re-entry is 4 Redis
---          calls (the fast paths above the marker in acquire, release,
+--          uncontended acquire, renewal or re-entry is 4 Redis calls and a
+--          release 3 (the fast paths above the marker in acquire, release,
 --          extend and reenter).
 --   model  anything else: holders in :h/:i, waiters in :q/:w/:d/:s.
 -- A fast acquire grants solo only when the header has no 'm' and no live
@@ -122,7 +123,7 @@ local function retime(h, i, hd, now_ms, retention)
   return keep
 end
 
--- The solo holder's fields in the header, for HMGET and HDEL.
+-- The solo holder's fields in the header, in HMGET order.
 local SOLO = {'o', 'x', 'c', 'k', 'l', 'e', 'w', 'n'}
 
 -- Moves a solo holder (if any, and live) from the header into the model,
@@ -133,7 +134,7 @@ local function unsolo(K, C)
   C.m = v[1] ~= false
   local id = v[3]
   if not id then return end
-  redis.call('HDEL', K.hd, unpack(SOLO))
+  redis.call('HDEL', K.hd, 'o')
   local expiry = tonumber(v[4])
   if expiry <= C.now_ms then return end
   redis.call('ZADD', K.h, expiry, id)
