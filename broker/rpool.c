@@ -69,11 +69,12 @@ typedef struct rcmd {
 	uint64_t sent_ns; /* uv_hrtime at send: the round-trip histogram */
 	script_id_t script;
 	bool retried;
-	int argc;
-	const char **argv; /* argv[0] "EVALSHA", argv[1] the sha, argv[2] nkeys */
-	size_t *argvlen;
 	rpool_fn fn;
 	void *priv;
+	size_t len;
+	char resp[]; /* EVALSHA sha nkeys args... in RESP, formatted once (also
+	              * sent again after NOSCRIPT: the sha does not change),
+	              * NUL-terminated */
 } rcmd_t;
 
 static struct {
@@ -425,7 +426,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv);
 
 static int rcmd_send(rconn_t *c, rcmd_t *cmd)
 {
-	if (redisAsyncCommandArgv(c->ac, on_reply, cmd, cmd->argc, cmd->argv, cmd->argvlen) != REDIS_OK)
+	if (redisAsyncFormattedCommand(c->ac, on_reply, cmd, cmd->resp, cmd->len) != REDIS_OK)
 		return -1;
 	if (c->pending++ == 0) {
 		c->progress_at = timers_now();
@@ -464,48 +465,68 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 	rcmd_free(cmd);
 }
 
+/* Decimal digits of v, written at p; returns the end. */
+static char *put_uint(char *p, size_t v)
+{
+	char tmp[24];
+	int n = 0;
+
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	while (n)
+		*p++ = tmp[--n];
+	return p;
+}
+
+/* One RESP bulk string: "$" len CRLF bytes CRLF. */
+static char *put_bulk(char *p, const char *s, size_t len)
+{
+	*p++ = '$';
+	p = put_uint(p, len);
+	*p++ = '\r';
+	*p++ = '\n';
+	memcpy(p, s, len);
+	p += len;
+	*p++ = '\r';
+	*p++ = '\n';
+	return p;
+}
+
 int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
                const char *const *argv, const size_t *argvlen,
                rpool_fn fn, void *priv)
 {
 	rconn_t *c = pick(route);
-	size_t bytes, total = 0;
+	size_t total = 0;
 	rcmd_t *cmd;
-	char *p, nkeys_buf[16];
-	int n = argc + 3;
+	char *p, nkeys_buf[24];
 
 	if (!c || !P.sha[script][0])
 		return -1;
+	/* Each bulk costs at most 1 + 20 digits + 4 bytes of framing. */
 	for (int k = 0; k < argc; k++)
-		total += argvlen[k];
-	snprintf(nkeys_buf, sizeof(nkeys_buf), "%d", nkeys);
-	bytes = sizeof(*cmd) + (size_t)n * (sizeof(char *) + sizeof(size_t)) + total + 41 + 16;
-	cmd = xmalloc(bytes);
+		total += argvlen[k] + 25;
+	total += 24 + 3 * 25 + 7 + 40 + sizeof(nkeys_buf) + 1;
+	cmd = xmalloc(sizeof(*cmd) + total);
 	cmd->sent_ns = uv_hrtime();
 	cmd->script = script;
 	cmd->retried = false;
-	cmd->argc = n;
-	cmd->argv = (const char **)(cmd + 1);
-	cmd->argvlen = (size_t *)(cmd->argv + n);
 	cmd->fn = fn;
 	cmd->priv = priv;
-	p = (char *)(cmd->argvlen + n);
-	cmd->argv[0] = "EVALSHA";
-	cmd->argvlen[0] = 7;
-	memcpy(p, P.sha[script], 41);
-	cmd->argv[1] = p;
-	cmd->argvlen[1] = 40;
-	p += 41;
-	memcpy(p, nkeys_buf, strlen(nkeys_buf) + 1);
-	cmd->argv[2] = p;
-	cmd->argvlen[2] = strlen(nkeys_buf);
-	p += 16;
-	for (int k = 0; k < argc; k++) {
-		memcpy(p, argv[k], argvlen[k]);
-		cmd->argv[k + 3] = p;
-		cmd->argvlen[k + 3] = argvlen[k];
-		p += argvlen[k];
-	}
+	p = cmd->resp;
+	*p++ = '*';
+	p = put_uint(p, (size_t)argc + 3);
+	*p++ = '\r';
+	*p++ = '\n';
+	p = put_bulk(p, "EVALSHA", 7);
+	p = put_bulk(p, P.sha[script], 40);
+	p = put_bulk(p, nkeys_buf, (size_t)(put_uint(nkeys_buf, (size_t)nkeys) - nkeys_buf));
+	for (int k = 0; k < argc; k++)
+		p = put_bulk(p, argv[k], argvlen[k]);
+	cmd->len = (size_t)(p - cmd->resp);
+	*p = '\0'; /* hiredis looks for the command name with strchr */
 	if (rcmd_send(c, cmd) < 0) {
 		rcmd_free(cmd);
 		return -1;
