@@ -13,14 +13,15 @@
 -- one (writers are not starved).
 -- The fast path: nobody holds or awaits the lock (header without 'm' or a
 -- live solo holder, and if the header is missing, no model keys either).
--- The request is granted as the solo holder: 4 Redis calls.
+-- The request is granted as the solo holder: 3 Redis calls, 4 when the
+-- header's lifetime must grow.
 local t = redis.call('TIME')
-local hv = redis.call('HMGET', KEYS[3], 'm', 'o', 'x', 'f')
+local hv = redis.call('HMGET', KEYS[3], 'm', 'o', 'x', 'f', 'z')
 if not hv[1] then
   local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
   if (not hv[2] or tonumber(hv[3]) <= now_ms)
       and (hv[4] or redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4], KEYS[6]) == 0) then
-    local ttl, max_hold = tonumber(ARGV[9]), tonumber(ARGV[12])
+    local ttl, max_hold, retention = tonumber(ARGV[9]), tonumber(ARGV[12]), tonumber(ARGV[1])
     local expiry, deadline = now_ms + ttl, 0
     if max_hold > 0 then
       deadline = now_ms + max_hold
@@ -29,9 +30,18 @@ if not hv[1] then
     local fence = t[1] * 1000000 + t[2]
     local last = tonumber(hv[4] or '0')
     if last + 1 > fence then fence = last + 1 end
-    redis.call('HSET', KEYS[3], 'f', string.format('%.0f', fence), 'o', ARGV[6], 'x', expiry,
-               'c', '1', 'k', ARGV[7], 'l', ARGV[8], 'e', deadline, 'w', ARGV[10], 'n', ARGV[11])
-    redis.call('PEXPIRE', KEYS[3], expiry - now_ms + tonumber(ARGV[1]))
+    local f = string.format('%.0f', fence)
+    -- The header must live until expiry + retention; when 'z' does not
+    -- promise that, it gets twice that margin, so most grants skip this.
+    if hv[5] and tonumber(hv[5]) >= expiry + retention then
+      redis.call('HSET', KEYS[3], 'f', f, 'o', ARGV[6], 'x', expiry, 'c', '1', 'k', ARGV[7],
+                 'l', ARGV[8], 'e', deadline, 'w', ARGV[10], 'n', ARGV[11])
+    else
+      local z = expiry + 2 * retention
+      redis.call('HSET', KEYS[3], 'f', f, 'o', ARGV[6], 'x', expiry, 'c', '1', 'k', ARGV[7],
+                 'l', ARGV[8], 'e', deadline, 'w', ARGV[10], 'n', ARGV[11], 'z', z)
+      redis.call('PEXPIRE', KEYS[3], z - now_ms)
+    end
     return {1, fence, expiry - now_ms}
   end
 end

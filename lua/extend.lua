@@ -3,9 +3,10 @@
 -- KEYS: holders, info, header. ARGV: id, ttl_ms, retention_ms
 -- Returns the lifetime set in ms, or -1 when the id holds nothing.
 
--- The fast path: a solo holder lives in the header (4 Redis calls); when
--- it is another id, the model is empty and id holds nothing.
-local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'e')
+-- The fast path: a solo holder lives in the header (3 Redis calls, 4 when
+-- the header's lifetime must grow: see 'z' in the prelude); when it is
+-- another id, the model is empty and id holds nothing.
+local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'e', 'z')
 if hv[1] then
   if hv[1] ~= ARGV[1] then return -1 end
   local t = redis.call('TIME')
@@ -13,14 +14,22 @@ if hv[1] then
   if tonumber(hv[2]) <= now_ms then return -1 end
   local expiry, deadline = now_ms + tonumber(ARGV[2]), tonumber(hv[3])
   if deadline > 0 and deadline < expiry then expiry = deadline end
-  redis.call('HSET', KEYS[3], 'x', expiry)
-  redis.call('PEXPIRE', KEYS[3], expiry - now_ms + tonumber(ARGV[3]))
+  local retention = tonumber(ARGV[3])
+  if hv[4] and tonumber(hv[4]) >= expiry + retention then
+    redis.call('HSET', KEYS[3], 'x', expiry)
+  else
+    local z = expiry + 2 * retention
+    redis.call('HSET', KEYS[3], 'x', expiry, 'z', z)
+    redis.call('PEXPIRE', KEYS[3], z - now_ms)
+  end
   return expiry - now_ms
 end
 --@prelude
 local h, i, hd = KEYS[1], KEYS[2], KEYS[3]
 local id, ttl, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms = clock()
+-- retime below sets the header's lifetime, which may end before 'z'.
+if hv[4] then redis.call('HDEL', hd, 'z') end
 -- No purge of the others: this is the watchdog's hot path, and retime
 -- below only needs the latest expiry.
 local info = live_holder(h, i, id, now_ms)

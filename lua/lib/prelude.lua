@@ -15,6 +15,11 @@
 --                         f  the last fencing token issued
 --                         m  '1' while the full model (keys 1, 2, 4-7) is
 --                            in use
+--                         z  when present: a time (ms) the header does not
+--                            expire before, so a fast path that needs no
+--                            more skips its PEXPIRE. Fast paths set it with
+--                            the lifetime they set; every other script that
+--                            sets the header's lifetime deletes it first.
 --                         o, x, c, k, l, e, w, n  the solo holder: id,
 --                            expiry ms, count, mode, limit, max-hold
 --                            deadline ms or 0, owner, client; only 'o'
@@ -30,9 +35,10 @@
 --
 -- Two layouts, never both at once:
 --   solo   one holder, nobody queued: it lives in the header alone, so an
---          uncontended acquire, renewal or re-entry is 4 Redis calls and a
---          release 3 (the fast paths above the marker in acquire, release,
---          extend and reenter).
+--          uncontended acquire, renewal, re-entry or release is 3 Redis
+--          calls (4 when the header's lifetime must grow: see 'z'): the
+--          fast paths above the marker in acquire, release, extend and
+--          reenter.
 --   model  anything else: holders in :h/:i, waiters in :q/:w/:d/:s.
 -- A fast acquire grants solo only when the header has no 'm' and no live
 -- solo holder, and, if the header is missing altogether, none of :h :i :q
@@ -46,7 +52,7 @@
 -- both its expiry and its info do; an expiry never passes its holder's
 -- max-hold deadline; a waiter is in :q, :w and :d or in none; the lock's
 -- keys expire with their last holder or waiter, the header (and so the
--- fence) a retention margin later; fence = max(last + 1, Redis time in
+-- fence) at least a retention margin later; fence = max(last + 1, Redis time in
 -- us), so it increases even after the header itself expired. Times come
 -- only from the Redis clock.
 --
@@ -127,20 +133,21 @@ end
 local SOLO = {'o', 'x', 'c', 'k', 'l', 'e', 'w', 'n'}
 
 -- Moves a solo holder (if any, and live) from the header into the model,
--- and notes in C.m whether the header says the model is in use. Every
--- script that works on the model with all seven keys starts with this.
+-- drops 'z' (this script may set the header's lifetime), and notes in C.m
+-- whether the header says the model is in use. Every script that works on
+-- the model with all seven keys starts with this.
 local function unsolo(K, C)
-  local v = redis.call('HMGET', K.hd, 'm', 'f', unpack(SOLO))
+  local v = redis.call('HMGET', K.hd, 'm', 'f', 'z', unpack(SOLO))
   C.m = v[1] ~= false
-  local id = v[3]
+  local id = v[4]
+  if id or v[3] then redis.call('HDEL', K.hd, 'o', 'z') end
   if not id then return end
-  redis.call('HDEL', K.hd, 'o')
-  local expiry = tonumber(v[4])
+  local expiry = tonumber(v[5])
   if expiry <= C.now_ms then return end
   redis.call('ZADD', K.h, expiry, id)
   -- {mode, count, deadline, owner, client, limit, fence}
-  redis.call('HSET', K.i, id, cmsgpack.pack({v[6], tonumber(v[5]), tonumber(v[8]),
-                                             v[9], v[10], tonumber(v[7]), tonumber(v[2])}))
+  redis.call('HSET', K.i, id, cmsgpack.pack({v[7], tonumber(v[6]), tonumber(v[9]),
+                                             v[10], v[11], tonumber(v[8]), tonumber(v[2])}))
 end
 
 -- A holder exists only when both its expiry and its info do. Half of one

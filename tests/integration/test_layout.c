@@ -265,10 +265,14 @@ LB_TEST(layout, uncontended_acquire_is_one_header_key, 60)
 	left = hfield_ll(r, lock, "x") - redis_now_ms(r);
 	cr_assert(left > 8000 && left <= 10000, "expiry %lld ms ahead, want ~10000 {%s}", left,
 	          header_text(r, lock));
-	cr_assert_eq(redis_int(lb_redis_cmd(r, "HLEN %s", lkey(lock, NULL))), 9,
-	             "want f,o,x,c,k,l,e,w,n: {%s}", header_text(r, lock));
-	cr_assert_gt(redis_int(lb_redis_cmd(r, "PTTL %s", lkey(lock, NULL))), 10000,
-	             "the header outlives its holder");
+	cr_assert_eq(redis_int(lb_redis_cmd(r, "HLEN %s", lkey(lock, NULL))), 10,
+	             "want f,o,x,c,k,l,e,w,n,z: {%s}", header_text(r, lock));
+	/* z: the header lives at least that long, and that is past the
+	 * holder's expiry plus the fence's retention (60 s). */
+	cr_assert_geq(hfield_ll(r, lock, "z"), hfield_ll(r, lock, "x") + 60000, "{%s}",
+	              header_text(r, lock));
+	cr_assert_geq(redis_int(lb_redis_cmd(r, "PTTL %s", lkey(lock, NULL))) + redis_now_ms(r) + 50,
+	              hfield_ll(r, lock, "z"), "the header lives until z {%s}", header_text(r, lock));
 
 	in = lb_inspect(c, lock);
 	cr_assert_str_eq(lb_str(in, "state"), "exclusive", "%s", lb_dump(in));
@@ -1059,5 +1063,42 @@ LB_TEST(layout, fast_paths_cost_few_redis_calls, 60)
 	cr_assert_eq(evalsha, 7, "want 7 EVALSHA, got %lld", evalsha);
 	cr_assert_leq(data, 7 * 4, "want at most 4 data commands per script, got %lld", data);
 	expect_solo_layout(r, lock, 0, "after the fast ops");
+	lb_end();
+}
+
+/* ---- the header's lifetime across layouts --------------------------------------------- */
+
+/* 'z' promises the header lives at least until then, so a fast grant may
+ * skip its PEXPIRE. A model script that sets a shorter lifetime must drop
+ * it, or the next long solo lease would outlive its own header (and the
+ * lock would look free while held). */
+LB_TEST(layout, header_outlives_a_long_lease_after_the_model, 60)
+{
+	static const char lock[] = "lay-z";
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *ca = client(b, LB_TCP, "z-a");
+	lb_client *cb = client(b, LB_UNIX, "z-b");
+	json_t *a = acq_ok(ca, lock, AO(.ttl_ms = 600000, .wait_ms = 0));
+	long long pttl;
+
+	expect_solo_layout(r, lock, 0, "a long solo lease");
+	cr_assert_geq(hfield_ll(r, lock, "z"), hfield_ll(r, lock, "x") + 60000, "{%s}",
+	              header_text(r, lock));
+	/* A failed try takes the slow path: the holder moves into the model
+	 * and 'z' goes. */
+	lb_expect_err(acq(cb, lock, AO(.ttl_ms = 1000, .wait_ms = 0)), "timeout");
+	expect_model_layout(r, lock, "after a failed try");
+	cr_assert_null(hfield(r, lock, "z"), "{%s}", header_text(r, lock));
+	/* The model's last release leaves the header for the retention only. */
+	cr_assert_eq(lb_release(ca, lb_str(a, "lease")), 0);
+	pttl = redis_int(lb_redis_cmd(r, "PTTL %s", lkey(lock, NULL)));
+	cr_assert(pttl > 0 && pttl <= 60000, "header PTTL %lld after the model emptied", pttl);
+	/* So the next long solo lease must make the header live longer. */
+	acq_ok(cb, lock, AO(.ttl_ms = 600000, .wait_ms = 0));
+	expect_solo_layout(r, lock, 0, "a new long solo lease");
+	pttl = redis_int(lb_redis_cmd(r, "PTTL %s", lkey(lock, NULL)));
+	cr_assert_geq(pttl, 600000 + 60000 - 5000, "the header (PTTL %lld) must outlive the lease",
+	              pttl);
 	lb_end();
 }
