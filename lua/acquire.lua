@@ -53,27 +53,32 @@ local ttl, owner, client = tonumber(ARGV[a + 3]), ARGV[a + 4], ARGV[a + 5]
 local max_hold, wait, fair = tonumber(ARGV[a + 6]), ARGV[a + 7] == '1', ARGV[a + 8] == '1'
 local max_queue = tonumber(ARGV[a + 9])
 
-unsolo(K, C)
+unsolo(K, C, hv)
 purge(K.h, K.i, C.now_ms)
 purge_waiters(K, C.now_ms)
 
 -- Granted already, by a script whose reply never reached its broker?
-local mine, expiry = holder_get(K.h, K.i, id)
-if mine then return finish(K, C, {1, mine[7], expiry - C.now_ms}, {}) end
+local list = holders(K.h, K.i)
+for _, hd in ipairs(list) do
+  if hd[1] == id then return finish(K, C, {1, hd[3][7], hd[2] - C.now_ms}, {}) end
+end
 
-for _, hd in ipairs(holders(K.h, K.i)) do
+-- The first 1000 waiters, and the info of the first 4 (promote reads on
+-- from there).
+local queue = redis.call('ZRANGE', K.q, 0, 999)
+local first = #queue > 0 and redis.call('HMGET', K.w, unpack(queue, 1, math.min(4, #queue)))
+for _, hd in ipairs(list) do
   if (hd[3][1] == 'p') ~= (mode == 'p') or hd[3][6] ~= limit then
-    return finish(K, C, {-1, 0}, promote(K, C))
+    return finish(K, C, {-1, 0}, (promote(K, C, list, queue, first)))
   end
 end
-local head = redis.call('ZRANGE', K.q, 0, 0)[1]
-local hw = head and info_get(K.w, head)
+local hw = first and first[1] and cmsgpack.unpack(first[1])
 if hw and ((hw[1] == 'p') ~= (mode == 'p') or hw[2] ~= limit) then
-  return finish(K, C, {-1, 0}, promote(K, C))
+  return finish(K, C, {-1, 0}, (promote(K, C, list, queue, first)))
 end
 
 -- Whatever became grantable meanwhile (an expired holder) goes first.
-local granted = promote(K, C)
+local granted, ngranted, xgranted, ngone = promote(K, C, list, queue, first)
 for n = 1, #granted, 3 do
   if granted[n] == id then
     local fence, t = granted[n + 1], granted[n + 2]
@@ -82,13 +87,25 @@ for n = 1, #granted, 3 do
   end
 end
 
-local queued = redis.call('ZSCORE', K.q, id)
-local list = holders(K.h, K.i)
+-- Whether id waits already (a retried acquire), and how many do: from
+-- the list read above unless promote changed the queue or it is longer.
+local queued, nqueued
+if ngranted + ngone == 0 and #queue < 1000 then
+  nqueued = #queue
+  for _, q in ipairs(queue) do
+    if q == id then queued = true; break end
+  end
+else
+  queued = redis.call('ZSCORE', K.q, id)
+  nqueued = redis.call('ZCARD', K.q)
+end
 local nheld, xheld = count_holders(list)
+nheld, xheld = nheld + ngranted, xheld or xgranted
 local may = fits(mode, limit, nheld, xheld)
 if may and fair then
-  local first = redis.call('ZRANGE', K.q, 0, 0)[1]
-  may = first == nil or first == id
+  local head = queue[1]
+  if ngranted + ngone > 0 then head = redis.call('ZRANGE', K.q, 0, 0)[1] end
+  may = head == nil or head == id
 elseif may and mode == 's' then
   may = tonumber(redis.call('HGET', K.s, 'xw') or '0') <= 0
 end
@@ -101,7 +118,7 @@ end
 local retry = blocked_for(list, mode, C.now_ms)
 if not wait then return finish(K, C, {0, retry}, granted) end
 if not queued then
-  if redis.call('ZCARD', K.q) >= max_queue then
+  if nqueued >= max_queue then
     return finish(K, C, {-2, 0}, granted)
   end
   redis.call('ZADD', K.q, redis.call('HINCRBY', K.s, 'seq', 1), id)

@@ -15,19 +15,35 @@ unsolo(K, C)
 purge(K.h, K.i, C.now_ms)
 purge_waiters(K, C.now_ms)
 
+-- This broker answers its wake-ups now: the next may go out (see promote).
+redis.call('HDEL', K.s, 'wk:' .. C.broker)
+
+-- Every listed id that still waits gets a new deadline, in one call when
+-- all of them do (a waiter is in :d exactly when it is queued); otherwise
+-- each id is looked at.
 local lost, already = {}, {}
-for n = a, #ARGV do
-  local id = ARGV[n]
-  if redis.call('ZSCORE', K.q, id) then
-    redis.call('ZADD', K.d, C.now_ms + C.heartbeat, id)
-  else
-    local info, expiry = holder_get(K.h, K.i, id)
-    if info then
-      already[#already + 1] = id
-      already[#already + 1] = info[7]
-      already[#already + 1] = expiry - C.now_ms
-    else
-      lost[#lost + 1] = id
+local n = #ARGV - a + 1
+local refreshed = 0
+if n > 0 then
+  local args = {}
+  for k = a, #ARGV do
+    args[#args + 1] = C.now_ms + C.heartbeat
+    args[#args + 1] = ARGV[k]
+  end
+  refreshed = redis.call('ZADD', K.d, 'XX', 'CH', unpack(args))
+end
+if refreshed < n then
+  for k = a, #ARGV do
+    local id = ARGV[k]
+    if not redis.call('ZSCORE', K.q, id) then
+      local info, expiry = holder_get(K.h, K.i, id)
+      if info then
+        already[#already + 1] = id
+        already[#already + 1] = info[7]
+        already[#already + 1] = expiry - C.now_ms
+      else
+        lost[#lost + 1] = id
+      end
     end
   end
 end

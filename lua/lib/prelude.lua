@@ -136,7 +136,14 @@ local SOLO = {'o', 'x', 'c', 'k', 'l', 'e', 'w', 'n'}
 -- drops 'z' (this script may set the header's lifetime), and notes in C.m
 -- whether the header says the model is in use. Every script that works on
 -- the model with all seven keys starts with this.
-local function unsolo(K, C)
+-- pre: what acquire's fast path read of the header ({m, o, x, f, z}), so
+-- that a call with no solo holder reads nothing again.
+local function unsolo(K, C, pre)
+  if pre and not pre[2] then
+    C.m = pre[1] ~= false
+    if pre[5] then redis.call('HDEL', K.hd, 'z') end
+    return
+  end
   local v = redis.call('HMGET', K.hd, 'm', 'f', 'z', unpack(SOLO))
   C.m = v[1] ~= false
   local id = v[4]
@@ -178,12 +185,16 @@ end
 local function holders(h, i)
   local held = redis.call('ZRANGE', h, 0, -1, 'WITHSCORES')
   local out = {}
-  for n = 1, #held, 2 do
-    local info = info_get(i, held[n])
-    if info then
-      out[#out + 1] = {held[n], tonumber(held[n + 1]), info}
-    else
-      redis.call('ZREM', h, held[n])
+  for n = 1, #held, 2000 do
+    local ids = {}
+    for k = n, math.min(n + 1999, #held), 2 do ids[#ids + 1] = held[k] end
+    local infos = redis.call('HMGET', i, unpack(ids))
+    for k = 1, #ids do
+      if infos[k] then
+        out[#out + 1] = {ids[k], tonumber(held[n + 2 * k - 1]), cmsgpack.unpack(infos[k])}
+      else
+        redis.call('ZREM', h, ids[k])
+      end
     end
   end
   return out
@@ -208,17 +219,24 @@ local function purge_waiters(K, now_ms)
 end
 
 -- Every script that touched the queue ends with this: the queue keys live
--- as long as the last heartbeat deadline, and go with the last waiter.
--- Returns whether anyone waits. (The header outlives them: its retention
--- margin is longer than a heartbeat.)
-local function retime_queue(K, now_ms)
+-- as long as the last heartbeat deadline (plus a second), and go with the
+-- last waiter. :s 'qz' records a time they live at least until; they are
+-- only given more (a heartbeat more than needed, so most scripts skip the
+-- four PEXPIREs) when the last deadline passes it. Returns whether anyone
+-- waits. (The header outlives them: its retention margin is longer than a
+-- heartbeat.)
+local function retime_queue(K, C)
   local top = redis.call('ZRANGE', K.d, -1, -1, 'WITHSCORES')
   if #top == 0 then
     redis.call('DEL', K.q, K.w, K.d, K.s)
     return false
   end
-  local keep = tonumber(top[2]) - now_ms + 1000
-  for _, k in ipairs({K.q, K.w, K.d, K.s}) do redis.call('PEXPIRE', k, keep) end
+  local until_ms = tonumber(top[2]) + 1000
+  if tonumber(redis.call('HGET', K.s, 'qz') or '0') < until_ms then
+    until_ms = until_ms + C.heartbeat
+    redis.call('HSET', K.s, 'qz', until_ms)
+    for _, k in ipairs({K.q, K.w, K.d, K.s}) do redis.call('PEXPIRE', k, until_ms - C.now_ms) end
+  end
   return true
 end
 
@@ -238,17 +256,32 @@ local function count_holders(list)
   return #list, xheld
 end
 
--- Makes id a holder (in the model); returns its fence and the lifetime
--- granted.
-local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
+-- The next fencing token: max(last + 1, Redis time in us). The last one is
+-- read once per script (C.fence); the caller stores the new one in the
+-- header ('f').
+local function next_fence(K, C)
+  if not C.fence then C.fence = tonumber(redis.call('HGET', K.hd, 'f') or '0') end
+  local fence = C.now_us
+  if C.fence + 1 > fence then fence = C.fence + 1 end
+  C.fence = fence
+  return fence
+end
+
+-- A new holder's expiry and max-hold deadline (0 for none).
+local function expiry_of(C, ttl, max_hold)
   local expiry, deadline = C.now_ms + ttl, 0
   if max_hold > 0 then
     deadline = C.now_ms + max_hold
     if deadline < expiry then expiry = deadline end
   end
-  local fence = C.now_us
-  local last = tonumber(redis.call('HGET', K.hd, 'f') or '0')
-  if last + 1 > fence then fence = last + 1 end
+  return expiry, deadline
+end
+
+-- Makes id a holder (in the model); returns its fence and the lifetime
+-- granted.
+local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
+  local expiry, deadline = expiry_of(C, ttl, max_hold)
+  local fence = next_fence(K, C)
   redis.call('ZADD', K.h, expiry, id)
   info_set(K.i, id, {mode, 1, deadline, owner, client, limit, fence})
   redis.call('HSET', K.hd, 'f', string.format('%.0f', fence))
@@ -256,33 +289,75 @@ local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
 end
 
 -- Grants queued waiters in arrival order while they fit (see the header).
--- Looks at most 1000 waiters ahead. Returns the grants made for C.broker as
--- a flat list {id, fence, ttl_ms, ...}.
-local function promote(K, C)
+-- Looks at most 1000 waiters ahead, reading their info a few at a time; the
+-- grants and dequeues are written together at the end (a batch of readers
+-- costs a few calls, not a few per reader). A broker is told at most once
+-- until it runs a heartbeat (:s 'wk:' broker, which heartbeat.lua
+-- deletes). list: the holders, queue: the first 1000 waiters, first: the
+-- info of the first 4 of them, when the caller has them. Returns the
+-- grants made for C.broker as a flat list {id, fence, ttl_ms, ...}, then
+-- how many were granted, whether one of them is exclusive, and how many
+-- waiters were dropped for want of their info.
+local function promote(K, C, list, queue, first)
   local out, woken = {}, {}
-  local nheld, xheld = count_holders(holders(K.h, K.i))
-  local queue = redis.call('ZRANGE', K.q, 0, 999)
-  for _, id in ipairs(queue) do
-    local wi = info_get(K.w, id)
-    if not wi then
-      dequeue(K, id, nil)
+  local nheld, xheld = count_holders(list or holders(K.h, K.i))
+  queue = queue or redis.call('ZRANGE', K.q, 0, 999)
+  local zadd, hset, gone, xgone = {}, {}, {}, 0
+  local ngranted, xgranted = 0, false
+  local infos, stop = {}, false
+  local n = 1
+  while n <= #queue do
+    -- 4 first (an exclusive lock stops at the first that fits), then 32.
+    if n == 1 and first then
+      infos = first
     else
-      if not fits(wi[1], wi[2], nheld, xheld) then break end
-      if wi[7] == C.broker then
-        local fence, ttl = grant(K, C, id, wi[1], wi[2], wi[3], wi[4], wi[5], wi[6])
-        dequeue(K, id, wi[1])
-        out[#out + 1] = id
-        out[#out + 1] = fence
-        out[#out + 1] = ttl
-      elseif not woken[wi[7]] then
-        woken[wi[7]] = true
-        redis.call('PUBLISH', C.prefix .. 'inbox:' .. wi[7], C.name)
-      end
-      nheld = nheld + 1
-      if wi[1] == 'x' then xheld = true end
+      infos = redis.call('HMGET', K.w, unpack(queue, n, math.min(n + (n == 1 and 3 or 31), #queue)))
     end
+    for k = 1, #infos do
+      local id = queue[n + k - 1]
+      local wi = infos[k] and cmsgpack.unpack(infos[k])
+      if not wi then
+        gone[#gone + 1] = id
+      else
+        if not fits(wi[1], wi[2], nheld, xheld) then stop = true; break end
+        if wi[7] == C.broker then
+          local expiry, deadline = expiry_of(C, wi[3], wi[6])
+          local fence = next_fence(K, C)
+          zadd[#zadd + 1] = expiry
+          zadd[#zadd + 1] = id
+          hset[#hset + 1] = id
+          hset[#hset + 1] = cmsgpack.pack({wi[1], 1, deadline, wi[4], wi[5], wi[2], fence})
+          gone[#gone + 1] = id
+          if wi[1] == 'x' then xgone = xgone + 1; xgranted = true end
+          ngranted = ngranted + 1
+          out[#out + 1] = id
+          out[#out + 1] = fence
+          out[#out + 1] = expiry - C.now_ms
+        elseif not woken[wi[7]] then
+          woken[wi[7]] = true
+          if redis.call('HSETNX', K.s, 'wk:' .. wi[7], 1) == 1 then
+            redis.call('PUBLISH', C.prefix .. 'inbox:' .. wi[7], C.name)
+          end
+        end
+        nheld = nheld + 1
+        if wi[1] == 'x' then xheld = true end
+      end
+    end
+    if stop then break end
+    n = n + #infos
   end
-  return out
+  if #zadd > 0 then
+    redis.call('ZADD', K.h, unpack(zadd))
+    redis.call('HSET', K.i, unpack(hset))
+    redis.call('HSET', K.hd, 'f', string.format('%.0f', C.fence))
+  end
+  if #gone > 0 then
+    redis.call('ZREM', K.q, unpack(gone))
+    redis.call('ZREM', K.d, unpack(gone))
+    redis.call('HDEL', K.w, unpack(gone))
+    if xgone > 0 then redis.call('HINCRBY', K.s, 'xw', -xgone) end
+  end
+  return out, ngranted, xgranted, #gone - ngranted
 end
 
 -- The end of every queue-aware script: key lifetimes, the header's 'm'
@@ -290,7 +365,7 @@ end
 -- the reply with the grants for the calling broker appended.
 local function finish(K, C, reply, granted)
   local keep = retime(K.h, K.i, K.hd, C.now_ms, C.retention)
-  local model = retime_queue(K, C.now_ms) or keep ~= nil
+  local model = retime_queue(K, C) or keep ~= nil
   if model and not C.m then
     redis.call('HSET', K.hd, 'm', '1')
     redis.call('PEXPIRE', K.hd, (keep or 0) + C.retention)

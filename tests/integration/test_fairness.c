@@ -2,8 +2,8 @@
  * test_fairness.c - the fair FIFO queue across brokers (issue 3): grant
  * order equals arrival order chain after chain, a waiter that leaves the
  * head does not block the others, a dead broker's waiter is dropped,
- * fair:false barges, and waiting costs Redis only the safety-net retries
- * (no polling).
+ * fair:false barges, every wake-up across brokers arrives, and waiting
+ * costs Redis only the safety-net retries (no polling).
  */
 #include "tests/integration/harness.h"
 
@@ -109,6 +109,52 @@ LB_TEST(fairness, fifo_across_brokers_chain_after_chain, 60)
 	cr_assert_eq(lb_release(h, hlease), 0);
 	lb_expect_free(h, "fifo");
 	lb_expect_no_queue(r, h, "fifo", 1000, false);
+	lb_end();
+}
+
+/* ---- wake-ups across brokers ------------------------------------------------ */
+
+#define NWAKE 8
+
+/* Each handoff here crosses brokers: the releasing script only tells the
+ * other broker (once, until that broker's heartbeat answers), and that
+ * broker grants its waiter. Every wake must arrive: a lost or suppressed
+ * one would leave the waiter to the 1 s safety net. */
+LB_TEST(fairness, every_cross_broker_wake_arrives, 60)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *br[2] = {lb_broker_start(r, NULL), lb_broker_start(r, NULL)};
+	lb_client *h = lb_connect(br[1], LB_TCP);
+	lb_client *c[NWAKE];
+	json_t *ids[NWAKE];
+	const char *lease;
+	int64_t t0, worst = 0;
+
+	for (int k = 0; k < NWAKE; k++)
+		c[k] = lb_connect(br[k % 2], LB_UNIX);
+	lease = lb_must_acquire(h, "wake", 30000);
+	for (int k = 0; k < NWAKE; k++) {
+		ids[k] = acq_send(c[k], json_integer(k), "wake", -1, -1);
+		lb_sleep_ms(20); /* arrivals in index order */
+	}
+	lb_wait_waiters(h, "wake", NWAKE, 2000);
+	for (int k = 0; k < NWAKE; k++) {
+		json_t *m;
+
+		t0 = lb_now_ms();
+		cr_assert_eq(lb_release(k == 0 ? h : c[k - 1], lease), 0);
+		m = lb_wait_response(c[k], ids[k], 3000);
+		lb_expect_ok(m);
+		if (lb_now_ms() - t0 > worst)
+			worst = lb_now_ms() - t0;
+		cr_expect_lt(lb_now_ms() - t0, 400,
+		             "grant %d (broker %d after broker %d) took %lld ms: a wake-up was lost",
+		             k, k % 2, k == 0 ? 1 : (k - 1) % 2, (long long)(lb_now_ms() - t0));
+		lease = lb_str(m, "lease");
+	}
+	cr_assert_eq(lb_release(c[NWAKE - 1], lease), 0);
+	cr_log_info("slowest cross-broker handoff: %lld ms", (long long)worst);
+	lb_expect_free(h, "wake");
 	lb_end();
 }
 
