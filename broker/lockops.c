@@ -191,7 +191,7 @@ static void on_reentered(const redisReply *r, void *priv)
 		.ttl_ms = l->ttl_ms,
 		.count = count,
 	};
-	session_send(c->s, resp_acquired(c->id, &a));
+	session_send_acquired(c->s, c->id, &a);
 	ctx_done(c);
 }
 
@@ -309,7 +309,7 @@ static void on_release_reply(const redisReply *r, void *priv)
 	} else if (l) {
 		l->count = count;
 	}
-	session_send(c->s, resp_released(c->id, count));
+	session_send_released(c->s, c->id, count);
 	grants_then_done(c, r);
 }
 
@@ -340,7 +340,7 @@ static void on_extend_reply(const redisReply *r, void *priv)
 		return;
 	if (l)
 		lease_confirmed(l, c->sent_at, ms);
-	session_send(c->s, resp_extended(c->id, ms));
+	session_send_extended(c->s, c->id, ms);
 	ctx_done(c);
 }
 

@@ -7,8 +7,6 @@
  */
 #include "broker/lockscript.h"
 
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,13 +89,19 @@ void lockscript_str(lockscript_t *ls, const char *s)
 
 void lockscript_int(lockscript_t *ls, int64_t v)
 {
-	char *buf;
-	int n;
+	char *buf, *p;
+	uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
 
 	REQUIRE(ls->nints < 16);
 	buf = ls->ints[ls->nints++];
-	n = snprintf(buf, 24, "%" PRId64, v);
-	push(ls, buf, (size_t)n);
+	p = buf + 24; /* digits from the end: snprintf was 2% of the broker */
+	do {
+		*--p = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	if (v < 0)
+		*--p = '-';
+	push(ls, p, (size_t)(buf + 24 - p));
 }
 
 int lockscript_send(lockscript_t *ls, script_id_t script, rpool_fn fn, void *priv)

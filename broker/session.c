@@ -324,6 +324,48 @@ void session_send(session_t *s, json_t *msg)
 	free(line);
 }
 
+void session_send_acquired(session_t *s, const json_t *id, const resp_acquired_t *a)
+{
+	char line[RESP_LINE_MAX];
+	size_t n;
+
+	if (s->state != SESSION_OPEN)
+		return;
+	n = resp_line_acquired(line, id, a);
+	if (n > 0)
+		out_append(s, line, n);
+	else
+		session_send(s, resp_acquired(id, a));
+}
+
+void session_send_released(session_t *s, const json_t *id, int64_t count)
+{
+	char line[RESP_LINE_MAX];
+	size_t n;
+
+	if (s->state != SESSION_OPEN)
+		return;
+	n = resp_line_released(line, id, count);
+	if (n > 0)
+		out_append(s, line, n);
+	else
+		session_send(s, resp_released(id, count));
+}
+
+void session_send_extended(session_t *s, const json_t *id, int64_t ttl_ms)
+{
+	char line[RESP_LINE_MAX];
+	size_t n;
+
+	if (s->state != SESSION_OPEN)
+		return;
+	n = resp_line_extended(line, id, ttl_ms);
+	if (n > 0)
+		out_append(s, line, n);
+	else
+		session_send(s, resp_extended(id, ttl_ms));
+}
+
 void session_send_error(session_t *s, const json_t *id, lb_err_t code, const char *message)
 {
 	session_send(s, resp_error(id, code, message));

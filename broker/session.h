@@ -31,6 +31,7 @@
 #include "broker/timers.h"
 #include "protocol/errors.h"
 #include "protocol/frame.h"
+#include "protocol/resp.h"
 
 #define SESSION_WRITE_HIGH (1u << 20)
 #define SESSION_WRITE_LOW (256u << 10)
@@ -95,6 +96,11 @@ void session_accept(uv_stream_t *listener, bool is_tcp);
 /* Takes ownership of msg and queues it as one line. Dropped when the
  * session is not open. */
 void session_send(session_t *s, json_t *msg);
+/* The hot answers, written straight into the output when resp can (see
+ * resp_line_acquired), through the builders otherwise. */
+void session_send_acquired(session_t *s, const json_t *id, const resp_acquired_t *a);
+void session_send_released(session_t *s, const json_t *id, int64_t count);
+void session_send_extended(session_t *s, const json_t *id, int64_t ttl_ms);
 /* Sends an error response; message may be NULL for the code's default. */
 void session_send_error(session_t *s, const json_t *id, lb_err_t code, const char *message);
 

@@ -396,7 +396,7 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, uint64_t s
 	LOG(LOG_DEBUG, "msg=\"acquired\" session=%s lease=%s fence=%" PRId64 "%s", s->name,
 	    log_token(w->id, tb), fence, w->detach ? " detached=1" : "");
 	metrics_acquire(LB_OK, timers_now() - w->created_at);
-	session_send(s, resp_acquired(w->req_id, &ans));
+	session_send_acquired(s, w->req_id, &ans);
 
 	for (waiter_t *f = w->followers, *next; f; f = next) {
 		next = f->chain_next;

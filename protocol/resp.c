@@ -15,6 +15,7 @@
  */
 #include "protocol/resp.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +141,136 @@ json_t *resp_extended(const json_t *id, int64_t ttl_ms)
 
 	put(o, "ttl_ms", num(ttl_ms));
 	return o;
+}
+
+/* ---- direct encoding of the hot answers ---------------------------------- */
+
+typedef struct wbuf {
+	char *p, *end;
+	bool ok; /* false once something did not fit or needs the builder */
+} wbuf_t;
+
+static void w_raw(wbuf_t *w, const char *s, size_t len)
+{
+	if (!w->ok || (size_t)(w->end - w->p) < len) {
+		w->ok = false;
+		return;
+	}
+	memcpy(w->p, s, len);
+	w->p += len;
+}
+
+#define W_LIT(w, lit) w_raw((w), (lit), sizeof(lit) - 1)
+
+static void w_int(wbuf_t *w, int64_t v)
+{
+	char tmp[24];
+	int n = sizeof(tmp);
+	uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+
+	do {
+		tmp[--n] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	if (v < 0)
+		tmp[--n] = '-';
+	w_raw(w, tmp + n, sizeof(tmp) - (size_t)n);
+}
+
+/* A JSON string of printable ASCII; anything else is left to jansson. */
+static void w_str(wbuf_t *w, const char *s, size_t len)
+{
+	if (s == NULL)
+		s = "";
+	if (!w->ok || (size_t)(w->end - w->p) < 2 * len + 2) {
+		w->ok = false;
+		return;
+	}
+	*w->p++ = '"';
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c < 0x20 || c > 0x7e) {
+			w->ok = false;
+			return;
+		}
+		if (c == '"' || c == '\\')
+			*w->p++ = '\\';
+		*w->p++ = (char)c;
+	}
+	*w->p++ = '"';
+}
+
+/* A C string; NULL (null in the builders' lines) is left to jansson. */
+static void w_cstr(wbuf_t *w, const char *s)
+{
+	if (s == NULL)
+		w->ok = false;
+	else
+		w_str(w, s, strlen(s));
+}
+
+/* {"id":ID,"ok":true */
+static void w_head(wbuf_t *w, char *buf, const json_t *id)
+{
+	w->p = buf;
+	w->end = buf + RESP_LINE_MAX;
+	w->ok = true;
+	W_LIT(w, "{\"id\":");
+	if (id == NULL || json_is_null(id))
+		W_LIT(w, "null");
+	else if (json_is_integer(id))
+		w_int(w, (int64_t)json_integer_value(id));
+	else if (json_is_string(id))
+		w_str(w, json_string_value(id), json_string_length(id));
+	else
+		w->ok = false;
+	W_LIT(w, ",\"ok\":true");
+}
+
+static size_t w_end(wbuf_t *w, char *buf)
+{
+	W_LIT(w, "}\n");
+	return w->ok ? (size_t)(w->p - buf) : 0;
+}
+
+size_t resp_line_acquired(char *buf, const json_t *id, const resp_acquired_t *a)
+{
+	wbuf_t w;
+
+	w_head(&w, buf, id);
+	W_LIT(&w, ",\"lease\":");
+	w_cstr(&w, a->lease);
+	W_LIT(&w, ",\"lock\":");
+	w_str(&w, a->lock.ptr, a->lock.ptr ? a->lock.len : 0);
+	W_LIT(&w, ",\"mode\":");
+	w_cstr(&w, lb_mode_name(a->mode));
+	W_LIT(&w, ",\"fence\":");
+	w_int(&w, a->fence);
+	W_LIT(&w, ",\"ttl_ms\":");
+	w_int(&w, a->ttl_ms);
+	W_LIT(&w, ",\"count\":");
+	w_int(&w, a->count);
+	return w_end(&w, buf);
+}
+
+size_t resp_line_released(char *buf, const json_t *id, int64_t count)
+{
+	wbuf_t w;
+
+	w_head(&w, buf, id);
+	W_LIT(&w, ",\"count\":");
+	w_int(&w, count);
+	return w_end(&w, buf);
+}
+
+size_t resp_line_extended(char *buf, const json_t *id, int64_t ttl_ms)
+{
+	wbuf_t w;
+
+	w_head(&w, buf, id);
+	W_LIT(&w, ",\"ttl_ms\":");
+	w_int(&w, ttl_ms);
+	return w_end(&w, buf);
 }
 
 json_t *resp_cancelled(const json_t *id, bool cancelled)

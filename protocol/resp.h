@@ -34,6 +34,18 @@ typedef struct resp_acquired {
 } resp_acquired_t;
 json_t *resp_acquired(const json_t *id, const resp_acquired_t *a);
 
+/*
+ * The answers of the hot path, written straight into buf (at most
+ * RESP_LINE_MAX bytes, "\n" included, not NUL-terminated) byte for byte as
+ * resp_dump would write the builders' messages. Returns the length, or 0
+ * when a string is not plain printable ASCII or the line would not fit:
+ * then use the builder.
+ */
+#define RESP_LINE_MAX 2048
+size_t resp_line_acquired(char *buf, const json_t *id, const resp_acquired_t *a);
+size_t resp_line_released(char *buf, const json_t *id, int64_t count);
+size_t resp_line_extended(char *buf, const json_t *id, int64_t ttl_ms);
+
 json_t *resp_hello(const json_t *id, const char *server, int proto, const char *session);
 /* release: {"ok":true,"count":C} */
 json_t *resp_released(const json_t *id, int64_t count);

@@ -421,3 +421,100 @@ Test(resp, large_message_dumps_whole)
 	json_decref(v);
 	free(line);
 }
+
+/* ---- the direct lines of the hot path ----------------------------------------- */
+
+/* Compares a direct line with the builder's (taking msg): equal byte for
+ * byte when the direct encoder took it (n > 0). Returns whether it did. */
+static bool same_line(size_t n, const char *direct, json_t *msg)
+{
+	size_t len;
+	char *line = resp_dump(msg, &len);
+
+	if (n > 0) {
+		cr_assert_eq(n, len, "direct %.*s vs builder %s", (int)n, direct, line);
+		cr_assert_eq(memcmp(direct, line, len), 0, "direct %.*s vs builder %s", (int)n,
+		             direct, line);
+	}
+	free(line);
+	return n > 0;
+}
+
+/* A random string of len bytes: mostly printable ASCII with quotes and
+ * backslashes, sometimes a control byte or UTF-8. */
+static void random_text(char *out, size_t len, unsigned *seed)
+{
+	static const char pick[] = "ab/\"\\ {}:,x-_.0123456789~";
+	for (size_t i = 0; i < len; i++) {
+		unsigned r = (unsigned)rand_r(seed);
+		if (r % 97 == 0)
+			out[i] = (char)(r % 32); /* control */
+		else if (r % 89 == 0 && i + 1 < len) {
+			out[i++] = (char)0xc3; /* é */
+			out[i] = (char)0xa9;
+		} else if (r % 2)
+			out[i] = pick[r % (sizeof(pick) - 1)];
+		else
+			out[i] = (char)(0x20 + r % 95);
+	}
+}
+
+Test(resp, direct_lines_equal_the_builders)
+{
+	unsigned seed = 12345;
+	char buf[RESP_LINE_MAX], lock[600], idstr[140];
+	size_t direct = 0, fallback = 0;
+	static const lb_mode_t modes[] = {LB_MODE_EXCLUSIVE, LB_MODE_SHARED, LB_MODE_PERMIT};
+	static const int64_t ints[] = {0, 1, -1, 9007199254740992LL, -9007199254740992LL,
+	                               INT64_MAX, INT64_MIN, 1795316632016742LL, 30000};
+
+	for (int k = 0; k < 5000; k++) {
+		size_t llen = (size_t)rand_r(&seed) % (k % 10 == 0 ? sizeof(lock) : 40);
+		size_t ilen = (size_t)rand_r(&seed) % 130;
+		json_t *id;
+		resp_acquired_t a;
+		int64_t v = ints[(size_t)rand_r(&seed) % (sizeof(ints) / sizeof(ints[0]))];
+
+		random_text(lock, llen, &seed);
+		random_text(idstr, ilen, &seed);
+		switch (k % 4) {
+		case 0: id = NULL; break;
+		case 1: id = json_integer(v); break;
+		case 2: id = json_stringn(idstr, ilen); break; /* NULL when not UTF-8 */
+		default: id = json_null(); break;
+		}
+		a = (resp_acquired_t){"0123456789abcdef0123456789abcdef", {lock, llen},
+		                      modes[k % 3], v, k, k % 5};
+		if (same_line(resp_line_acquired(buf, id, &a), buf, resp_acquired(id, &a)))
+			direct++;
+		else
+			fallback++;
+		same_line(resp_line_released(buf, id, v), buf, resp_released(id, v));
+		same_line(resp_line_extended(buf, id, k), buf, resp_extended(id, k));
+		json_decref(id);
+	}
+	/* Both ways were taken: most names are plain ASCII, some are not. */
+	cr_expect_gt(direct, 1000u);
+	cr_expect_gt(fallback, 100u);
+}
+
+Test(resp, direct_lines_leave_the_rest_to_the_builder)
+{
+	char buf[RESP_LINE_MAX], big[RESP_LINE_MAX];
+	json_t *obj = json_object();
+	resp_acquired_t a = {"0123456789abcdef0123456789abcdef", S("ok"), LB_MODE_EXCLUSIVE, 1, 2, 1};
+
+	cr_assert_gt(resp_line_acquired(buf, NULL, &a), 0u);
+	cr_assert_eq(resp_line_released(buf, obj, 1), 0u, "an object id is not a valid id anyway");
+	a.lock = S("caf\xc3\xa9");
+	cr_assert_eq(resp_line_acquired(buf, NULL, &a), 0u, "UTF-8 goes through jansson");
+	a.lock = S("tab\there");
+	cr_assert_eq(resp_line_acquired(buf, NULL, &a), 0u, "control bytes go through jansson");
+	memset(big, '"', sizeof(big) - 1);
+	a.lock = (lb_str_t){big, sizeof(big) - 1};
+	cr_assert_eq(resp_line_acquired(buf, NULL, &a), 0u, "too long for the buffer");
+	a.lock = S("ok");
+	a.lease = NULL;
+	cr_assert_eq(resp_line_acquired(buf, NULL, &a), 0u, "a NULL lease is null: the builder");
+	json_decref(obj);
+}
