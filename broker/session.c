@@ -324,46 +324,37 @@ void session_send(session_t *s, json_t *msg)
 	free(line);
 }
 
+/* A direct line when n > 0, else the builder's msg (NULL when n > 0). */
+static void send_line_or(session_t *s, const char *line, size_t n, json_t *msg)
+{
+	if (msg)
+		session_send(s, msg);
+	else if (s->state == SESSION_OPEN)
+		out_append(s, line, n);
+}
+
 void session_send_acquired(session_t *s, const json_t *id, const resp_acquired_t *a)
 {
 	char line[RESP_LINE_MAX];
-	size_t n;
+	size_t n = resp_line_acquired(line, id, a);
 
-	if (s->state != SESSION_OPEN)
-		return;
-	n = resp_line_acquired(line, id, a);
-	if (n > 0)
-		out_append(s, line, n);
-	else
-		session_send(s, resp_acquired(id, a));
+	send_line_or(s, line, n, n ? NULL : resp_acquired(id, a));
 }
 
 void session_send_released(session_t *s, const json_t *id, int64_t count)
 {
 	char line[RESP_LINE_MAX];
-	size_t n;
+	size_t n = resp_line_released(line, id, count);
 
-	if (s->state != SESSION_OPEN)
-		return;
-	n = resp_line_released(line, id, count);
-	if (n > 0)
-		out_append(s, line, n);
-	else
-		session_send(s, resp_released(id, count));
+	send_line_or(s, line, n, n ? NULL : resp_released(id, count));
 }
 
 void session_send_extended(session_t *s, const json_t *id, int64_t ttl_ms)
 {
 	char line[RESP_LINE_MAX];
-	size_t n;
+	size_t n = resp_line_extended(line, id, ttl_ms);
 
-	if (s->state != SESSION_OPEN)
-		return;
-	n = resp_line_extended(line, id, ttl_ms);
-	if (n > 0)
-		out_append(s, line, n);
-	else
-		session_send(s, resp_extended(id, ttl_ms));
+	send_line_or(s, line, n, n ? NULL : resp_extended(id, ttl_ms));
 }
 
 void session_send_error(session_t *s, const json_t *id, lb_err_t code, const char *message)

@@ -253,24 +253,27 @@ size_t resp_line_acquired(char *buf, const json_t *id, const resp_acquired_t *a)
 	return w_end(&w, buf);
 }
 
-size_t resp_line_released(char *buf, const json_t *id, int64_t count)
+/* {"id":ID,"ok":true,"KEY":V} */
+static size_t line_one_int(char *buf, const json_t *id, const char *key, int64_t v)
 {
 	wbuf_t w;
 
 	w_head(&w, buf, id);
-	W_LIT(&w, ",\"count\":");
-	w_int(&w, count);
+	W_LIT(&w, ",\"");
+	w_raw(&w, key, strlen(key));
+	W_LIT(&w, "\":");
+	w_int(&w, v);
 	return w_end(&w, buf);
+}
+
+size_t resp_line_released(char *buf, const json_t *id, int64_t count)
+{
+	return line_one_int(buf, id, "count", count);
 }
 
 size_t resp_line_extended(char *buf, const json_t *id, int64_t ttl_ms)
 {
-	wbuf_t w;
-
-	w_head(&w, buf, id);
-	W_LIT(&w, ",\"ttl_ms\":");
-	w_int(&w, ttl_ms);
-	return w_end(&w, buf);
+	return line_one_int(buf, id, "ttl_ms", ttl_ms);
 }
 
 json_t *resp_cancelled(const json_t *id, bool cancelled)
