@@ -36,8 +36,13 @@ static void on_poll(uv_poll_t *h, int status, int events)
 	if (status < 0) {
 		/* libuv stopped the poll; let hiredis find the socket error. When
 		 * connecting, the write path checks SO_ERROR; otherwise a read
-		 * returns the error. Either way hiredis disconnects. */
-		if (p->ac && (p->events & UV_WRITABLE))
+		 * returns the error. Either way hiredis disconnects. If the read
+		 * returns data instead, hiredis asks for reads again, and the
+		 * poll must restart: it watches nothing now. */
+		int was = p->events;
+
+		p->events = 0;
+		if (p->ac && (was & UV_WRITABLE))
 			redisAsyncHandleWrite(p->ac);
 		else if (p->ac)
 			redisAsyncHandleRead(p->ac);

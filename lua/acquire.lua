@@ -121,6 +121,9 @@ if not queued then
   if nqueued >= max_queue then
     return finish(K, C, {-2, 0}, granted)
   end
+  -- The queue keys are created anew (this script may have emptied them):
+  -- :s may have outlived them, with a 'qz' they never got.
+  if nqueued == 0 then redis.call('HDEL', K.s, 'qz') end
   redis.call('ZADD', K.q, redis.call('HINCRBY', K.s, 'seq', 1), id)
   info_set(K.w, id, {mode, limit, ttl, owner, client, max_hold, C.broker})
   if mode == 'x' then redis.call('HINCRBY', K.s, 'xw', 1) end

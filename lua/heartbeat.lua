@@ -15,9 +15,6 @@ unsolo(K, C)
 purge(K.h, K.i, C.now_ms)
 purge_waiters(K, C.now_ms)
 
--- This broker answers its wake-ups now: the next may go out (see promote).
-redis.call('HDEL', K.s, 'wk:' .. C.broker)
-
 -- Every listed id that still waits gets a new deadline, in one call when
 -- all of them do (a waiter is in :d exactly when it is queued); otherwise
 -- each id is looked at.

@@ -292,8 +292,7 @@ end
 -- Looks at most 1000 waiters ahead, reading their info a few at a time; the
 -- grants and dequeues are written together at the end (a batch of readers
 -- costs a few calls, not a few per reader). A broker is told at most once
--- until it runs a heartbeat (:s 'wk:' broker, which heartbeat.lua
--- deletes). list: the holders, queue: the first 1000 waiters, first: the
+-- until it runs promote itself (:s 'wk:' broker). list: the holders, queue: the first 1000 waiters, first: the
 -- info of the first 4 of them, when the caller has them. Returns the
 -- grants made for C.broker as a flat list {id, fence, ttl_ms, ...}, then
 -- how many were granted, whether one of them is exclusive, and how many
@@ -302,6 +301,10 @@ local function promote(K, C, list, queue, first)
   local out, woken = {}, {}
   local nheld, xheld = count_holders(list or holders(K.h, K.i))
   queue = queue or redis.call('ZRANGE', K.q, 0, 999)
+  -- C.broker is running promote itself: whatever wake it was sent is
+  -- answered (its waiters that fit are granted below), so the next one may
+  -- go out. Left set, it would silence the wake of its next waiter.
+  if #queue > 0 then redis.call('HDEL', K.s, 'wk:' .. C.broker) end
   local zadd, hset, gone, xgone = {}, {}, {}, 0
   local ngranted, xgranted = 0, false
   local infos, stop = {}, false

@@ -1,0 +1,171 @@
+/*
+ * test_scripts.c - the lock scripts called directly (no broker), for
+ * states that brokers reach only through races: the scripts are assembled
+ * as the build embeds them (deploy/embed-lua.sh --text), loaded into a
+ * private Redis, and called by EVALSHA with the broker's key layout and
+ * context, acting as several brokers at once. Run from the repository
+ * root (make test does).
+ */
+#include "tests/integration/harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* SCRIPT LOAD of lua/NAME.lua as embedded; returns its sha (static). */
+static const char *load(lb_redis *r, const char *name)
+{
+	static char shas[4][41];
+	static int next;
+	char cmd[256], *text = NULL;
+	size_t len = 0, cap = 0, n;
+	FILE *f;
+	redisReply *rep;
+	char *sha = shas[next++ % 4];
+
+	snprintf(cmd, sizeof(cmd), "sh deploy/embed-lua.sh --text lua/lib/prelude.lua lua/%s.lua",
+	         name);
+	f = popen(cmd, "r");
+	cr_assert_not_null(f);
+	do {
+		if (len == cap) {
+			cap = cap ? 2 * cap : 65536;
+			text = realloc(text, cap);
+			cr_assert_not_null(text);
+		}
+		n = fread(text + len, 1, cap - len, f);
+		len += n;
+	} while (n > 0);
+	cr_assert_eq(pclose(f), 0, "%s failed (run from the repository root)", cmd);
+	rep = lb_redis_cmd(r, "SCRIPT LOAD %b", text, len);
+	free(text);
+	cr_assert_eq(rep->type, REDIS_REPLY_STRING, "SCRIPT LOAD %s: %s", name,
+	             rep->type == REDIS_REPLY_ERROR ? rep->str : "?");
+	snprintf(sha, 41, "%s", rep->str);
+	return sha;
+}
+
+/* EVALSHA sha with lock's 7 keys, the context of broker, then args. */
+static redisReply *call(lb_redis *r, const char *sha, const char *lock, const char *broker,
+                        int nargs, const char *const *args)
+{
+	static const char *const sfx[7] = {":h", ":i", "", ":q", ":w", ":d", ":s"};
+	const char *argv[32];
+	char keys[7][128];
+	int argc = 0;
+	redisReply *rep;
+
+	cr_assert_leq(nargs, 16);
+	argv[argc++] = "EVALSHA";
+	argv[argc++] = sha;
+	argv[argc++] = "7";
+	for (int k = 0; k < 7; k++) {
+		snprintf(keys[k], sizeof(keys[k]), "lb:{%s}%s", lock, sfx[k]);
+		argv[argc++] = keys[k];
+	}
+	argv[argc++] = "60000"; /* retention */
+	argv[argc++] = broker;
+	argv[argc++] = "lb:";
+	argv[argc++] = lock;
+	argv[argc++] = "5000"; /* heartbeat */
+	for (int k = 0; k < nargs; k++)
+		argv[argc++] = args[k];
+	rep = redisCommandArgv(lb_redis_ctx(r), argc, argv, NULL);
+	cr_assert_not_null(rep);
+	cr_assert_neq(rep->type, REDIS_REPLY_ERROR, "script error: %s", rep->str);
+	cr_assert_eq(rep->type, REDIS_REPLY_ARRAY);
+	return rep; /* the caller frees it */
+}
+
+/* acquire: exclusive, ttl_ms, wait; returns the reply's first integer. */
+static long long acquire(lb_redis *r, const char *sha, const char *lock, const char *broker,
+                         const char *id, const char *ttl, bool wait, redisReply **out)
+{
+	const char *args[] = {id, "x", "0", ttl, "", "", "0", wait ? "1" : "0", "1", "10000"};
+	redisReply *rep = call(r, sha, lock, broker, 10, args);
+	long long v = rep->element[0]->integer;
+
+	if (out)
+		*out = rep;
+	else
+		freeReplyObject(rep);
+	return v;
+}
+
+static long long pttl(lb_redis *r, const char *key)
+{
+	redisReply *rep = lb_redis_cmd(r, "PTTL %s", key);
+	cr_assert_eq(rep->type, REDIS_REPLY_INTEGER);
+	return rep->integer;
+}
+
+static bool hexists(lb_redis *r, const char *key, const char *field)
+{
+	redisReply *rep = lb_redis_cmd(r, "HEXISTS %s %s", key, field);
+	cr_assert_eq(rep->type, REDIS_REPLY_INTEGER);
+	return rep->integer == 1;
+}
+
+/* An acquire that empties the queue itself (its promote grants the last
+ * waiter, whose holder had expired) and then queues its caller creates the
+ * queue keys anew: they must get a lifetime, though :s survived with the
+ * old 'qz'. */
+LB_TEST(scripts, requeue_into_an_emptied_queue_sets_lifetimes, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	const char *acq = load(r, "acquire");
+	redisReply *rep;
+	static const char *const sfx[] = {":q", ":w", ":d", ":s"};
+
+	cr_assert_eq(acquire(r, acq, "qz", "b1", "A0000000000000000000000000000000", "300", false, NULL), 1);
+	cr_assert_eq(acquire(r, acq, "qz", "b1", "W1000000000000000000000000000000", "30000", true, NULL), 0);
+	lb_sleep_ms(400); /* A expires; nobody has run a script since */
+	cr_assert_eq(acquire(r, acq, "qz", "b1", "B0000000000000000000000000000000", "30000", true, &rep), 0);
+	cr_assert_eq(rep->elements, 5, "B queued, W1 granted in the same script");
+	cr_assert_str_eq(rep->element[2]->str, "W1000000000000000000000000000000");
+	freeReplyObject(rep);
+	for (size_t k = 0; k < sizeof(sfx) / sizeof(sfx[0]); k++) {
+		char key[64];
+		long long t;
+
+		snprintf(key, sizeof(key), "lb:{qz}%s", sfx[k]);
+		t = pttl(r, key);
+		cr_assert(t > 0 && t <= 20000, "%s has PTTL %lld: it would never expire", key, t);
+	}
+	lb_end();
+}
+
+/* A broker is told once until it runs promote itself (:s 'wk:BROKER'). Its
+ * waiter that was told may withdraw before its broker heartbeats: the
+ * withdraw is that broker's script, so the next wake for it must go out
+ * again. */
+LB_TEST(scripts, a_withdraw_lets_the_next_wake_out, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	const char *acq = load(r, "acquire");
+	const char *rel = load(r, "release");
+	const char *wd = load(r, "withdraw");
+	const char *hb = load(r, "heartbeat");
+	const char *H = "H0000000000000000000000000000000", *W1 = "W1000000000000000000000000000000";
+	const char *W2 = "W2000000000000000000000000000000", *W3 = "W3000000000000000000000000000000";
+	redisReply *rep;
+
+	cr_assert_eq(acquire(r, acq, "wk", "b1", H, "30000", false, NULL), 1);
+	cr_assert_eq(acquire(r, acq, "wk", "bX", W1, "30000", true, NULL), 0);
+	cr_assert_eq(acquire(r, acq, "wk", "bY", W2, "30000", true, NULL), 0);
+	/* H leaves: W1 (of bX) is at the head and fits: bX is told. */
+	freeReplyObject(call(r, rel, "wk", "b1", 2, (const char *[]){H, "0"}));
+	cr_assert(hexists(r, "lb:{wk}:s", "wk:bX"), "bX was not woken");
+	/* W1 gives up before bX heartbeats; W2 (of bY) is next. */
+	freeReplyObject(call(r, wd, "wk", "bX", 1, (const char *[]){W1}));
+	cr_assert_not(hexists(r, "lb:{wk}:s", "wk:bX"), "bX's withdraw left its wake mark");
+	cr_assert(hexists(r, "lb:{wk}:s", "wk:bY"), "bY was not woken");
+	cr_assert_eq(acquire(r, acq, "wk", "bX", W3, "30000", true, NULL), 0);
+	rep = call(r, hb, "wk", "bY", 1, (const char *[]){W2});
+	cr_assert_eq(rep->elements, 5, "bY's heartbeat grants W2");
+	freeReplyObject(rep);
+	/* W2 leaves: W3 (of bX) is next, and bX must be told again. */
+	freeReplyObject(call(r, rel, "wk", "bY", 2, (const char *[]){W2, "0"}));
+	cr_assert(hexists(r, "lb:{wk}:s", "wk:bX"), "the wake for W3 did not go out");
+	lb_end();
+}
