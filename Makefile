@@ -35,7 +35,7 @@ INTEG_SRCS := $(wildcard tests/integration/*.c)
 REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.o
 SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o
 
-.PHONY: all deps run test unit integration clean install bench
+.PHONY: all deps run test unit integration clean install bench fuzz
 # lockctl, the command-line client, is built once its sources exist.
 LOCKCTL_BIN := $(if $(LOCKCTL_SRCS),build/lockctl)
 LOCKCTL_SAN := $(if $(LOCKCTL_SRCS),build/san/lockctl)
@@ -129,6 +129,13 @@ bench: deps
 	$(CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 $$(pkg-config --cflags libuv jansson hiredis) \
 		-o build/lbbench tests/bench/lbbench.c $$(pkg-config --libs libuv jansson hiredis) -lm
 	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/run.sh
+
+# Random multi-broker calls of the Lua scripts with the data model's
+# invariants checked after each (tests/fuzz); run after changing lua/.
+FUZZ_SEEDS ?= 20
+FUZZ_STEPS ?= 2500
+fuzz: deps
+	sh tests/fuzz/run.sh $(FUZZ_SEEDS) $(FUZZ_STEPS)
 
 clean:
 	rm -rf build

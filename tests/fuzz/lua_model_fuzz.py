@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""lua_model_fuzz.py - random multi-broker calls of the lock scripts, with
+the data model's invariants checked after every call (no broker involved).
+
+Several brokers (b1..b3) call acquire/release/extend/reenter/heartbeat/
+withdraw/inspect on two locks (A: exclusive/shared, B: a semaphore of 2)
+with short TTLs, random fairness and max-hold, sleeps, and one broker that
+stops heartbeating now and then. After each call it checks, against what
+the calls returned and against Redis itself:
+- mutual exclusion (no two live exclusive holders, no more permits than
+  the limit), fences strictly increasing and never repeated;
+- solo and model never both in use; 'm' set whenever the model is;
+- a waiter in :q, :w and :d or in none; the 'xw' count;
+- every key has a TTL, and none ends before the holder or waiter that
+  needs it (header past the holders, holder keys, queue keys past the
+  last heartbeat deadline).
+Usage: lua_model_fuzz.py SOCKET SCRIPTDIR SEED STEPS
+(tests/fuzz/run.sh starts a private Redis and assembles the scripts.)
+Exit 0 and "ok SEED" when clean; 1 and the violation with the lock's keys.
+"""
+import random
+import socket
+import sys
+import time
+
+
+class R:
+    """A minimal RESP client over a Unix socket."""
+
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.connect(path)
+        self.f = self.s.makefile('rb')
+
+    def cmd(self, *a):
+        out = b'*%d\r\n' % len(a)
+        for x in a:
+            x = x if isinstance(x, bytes) else str(x).encode()
+            out += b'$%d\r\n%s\r\n' % (len(x), x)
+        self.s.sendall(out)
+        return self.rd()
+
+    def rd(self):
+        line = self.f.readline()[:-2]
+        t, rest = line[:1], line[1:]
+        if t == b'+':
+            return rest.decode()
+        if t == b'-':
+            raise Exception(rest.decode())
+        if t == b':':
+            return int(rest)
+        if t == b'$':
+            n = int(rest)
+            return None if n < 0 else self.f.read(n + 2)[:-2].decode('latin1')
+        if t == b'*':
+            n = int(rest)
+            return None if n < 0 else [self.rd() for _ in range(n)]
+        raise Exception('bad reply %r' % line)
+
+
+sock, scriptdir, seed, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+r = R(sock)
+r.cmd('FLUSHALL')
+sha = {}
+for n in ['acquire', 'release', 'extend', 'reenter', 'heartbeat', 'withdraw', 'inspect']:
+    with open('%s/%s.lua' % (scriptdir, n)) as fh:
+        sha[n] = r.cmd('SCRIPT', 'LOAD', fh.read())
+
+
+def keys7(n): return ['P{%s}:h'%n,'P{%s}:i'%n,'P{%s}'%n,'P{%s}:q'%n,'P{%s}:w'%n,'P{%s}:d'%n,'P{%s}:s'%n]
+HB = 300
+def ctx(n, b): return [60000, b, 'P', n, HB]
+def now():
+    t = r.cmd('TIME'); return int(t[0])*1000 + int(t[1])//1000
+random.seed(seed)
+LOCKS = ['A','B']
+BROKERS = ['b1','b2','b3']
+nid = [0]
+# beliefs: id -> dict(lock, mode, limit, exp)  (conservative expiry)
+held = {}
+waiting = {}   # id -> (lock, broker, mode, limit, ttl)
+lastfence = {}
+viol = []
+hist = []
+opf = []
+def grant(lock, id, fence, ttl, t0, mode, limit, src):
+    fence = int(fence); ttl = int(ttl)
+    if id not in held: opf.append((lock, fence, id, src))
+    held[id] = dict(lock=lock, mode=mode, limit=limit, exp=t0 + ttl, fence=fence)
+    waiting.pop(id, None)
+def check_me(t):
+    for L in LOCKS:
+        live = [(i, h) for i, h in held.items() if h['lock'] == L and h['exp'] > t + 2]
+        xs = [i for i, h in live if h['mode'] == 'x']
+        ps = [i for i, h in live if h['mode'] == 'p']
+        if xs and len(live) > 1: viol.append('ME x %s %s' % (L, live))
+        if ps:
+            lim = held[ps[0]]['limit']
+            if len(ps) > lim: viol.append('ME p %s %s' % (L, live))
+def check_state(t):
+    for L in LOCKS:
+        k = keys7(L)
+        for key in k:
+            ty = r.cmd('TYPE', key)
+            if ty != 'none' and r.cmd('PTTL', key) == -1:
+                viol.append('no TTL %s' % key)
+        hd = r.cmd('HGETALL', k[2]) or []
+        hd = dict(zip(hd[::2], hd[1::2]))
+        solo = 'o' in hd and int(float(hd['x'])) > t
+        hz = r.cmd('ZRANGE', k[0], 0, -1, 'WITHSCORES')
+        mh = [(hz[j], int(hz[j+1])) for j in range(0, len(hz), 2) if int(hz[j+1]) > t]
+        q = set(r.cmd('ZRANGE', k[3], 0, -1)); w = set((r.cmd('HKEYS', k[4]) or [])); d = set(r.cmd('ZRANGE', k[5], 0, -1))
+        if solo and (mh or q): viol.append('solo+model %s %s %s' % (L, mh, q))
+        if not (q == w == d): viol.append('qwd mismatch %s %s %s %s' % (L, q, w, d))
+        if (mh or q) and r.cmd('EXISTS', k[2]) and 'm' not in hd: viol.append('model without m %s' % L)
+        # header lives past holders
+        exps = [e for _, e in mh] + ([int(float(hd['x']))] if solo else [])
+        if exps:
+            pt = r.cmd('PEXPIRETIME', k[2])
+            if pt >= 0 and pt < max(exps): viol.append('header TTL short %s' % L)
+            if mh:
+                for key in k[:2]:
+                    pt = r.cmd('PEXPIRETIME', key)
+                    if pt >= 0 and pt < max(e for _, e in mh): viol.append('holder key TTL short %s %s' % (key, pt))
+        dz = r.cmd('ZRANGE', k[5], -1, -1, 'WITHSCORES')
+        if dz:
+            for key in (k[3], k[4], k[5]):
+                pt = r.cmd('PEXPIRETIME', key)
+                if pt >= 0 and pt < int(dz[1]): viol.append('queue TTL short %s' % key)
+        # xw
+        s = r.cmd('HGET', k[6], 'xw')
+        nx = sum(1 for i in q if waiting.get(i, (0,0,''))[2] == 'x')
+        if s is not None and int(s) != nx and all(i in waiting for i in q):
+            viol.append('xw %s %s vs %d' % (L, s, nx))
+def take_grants(L, lst, t0):
+    for j in range(0, len(lst) - 2, 3):
+        id_ = lst[j]
+        wi = waiting.get(id_)
+        if wi: grant(L, id_, lst[j+1], lst[j+2], t0, wi[2], wi[3], 'promote')
+        elif id_ in held: held[id_]['exp'] = t0 + int(lst[j+2])
+        else: viol.append('grant of unknown %s' % id_)
+for step in range(steps):
+    L = random.choice(LOCKS); b = random.choice(BROKERS); op = random.random()
+    t0 = now()
+    hist.append((step, L, b, op, t0))
+    try:
+        if op < 0.35:
+            nid[0] += 1; id_ = 'id%d' % nid[0]
+            mode = random.choice(['x','x','s']) if L == 'A' else 'p'
+            limit = 0 if L == 'A' else 2
+            ttl = random.choice([30, 80, 200, 1000])
+            wait = random.choice(['0','1','1'])
+            fair = random.choice(['0','1'])
+            mh = random.choice([0, 0, 50])
+            rep = r.cmd('EVALSHA', sha['acquire'], 7, *keys7(L), *ctx(L, b), id_, mode, limit, ttl, 'o', 'c', mh, wait, fair, 100)
+            if rep[0] == 1:
+                waiting[id_] = (L, b, mode, limit, ttl); grant(L, id_, rep[1], rep[2], t0, mode, limit, 'acquire'); take_grants(L, rep[3:], t0)
+            elif rep[0] == 0:
+                if wait == '1': waiting[id_] = (L, b, mode, limit, ttl)
+                take_grants(L, rep[2:], t0)
+            else: take_grants(L, rep[2:], t0)
+        elif op < 0.55:
+            cands = [i for i, h in held.items() if h['lock'] == L]
+            if not cands: continue
+            id_ = random.choice(cands)
+            rep = r.cmd('EVALSHA', sha['release'], 7, *keys7(L), *ctx(L, b), id_, random.choice(['0','1']))
+            if rep[0] == 0: held.pop(id_, None)
+            elif rep[0] == -1: held.pop(id_, None)
+            take_grants(L, rep[1:], t0)
+        elif op < 0.65:
+            cands = [i for i, h in held.items() if h['lock'] == L]
+            if not cands: continue
+            id_ = random.choice(cands)
+            ttl = random.choice([30, 100, 500])
+            rep = r.cmd('EVALSHA', sha['extend'], 3, *keys7(L)[:3], id_, ttl, 60000)
+            if rep >= 0: held[id_]['exp'] = t0 + rep
+            else: held.pop(id_, None)
+        elif op < 0.70:
+            cands = [i for i, h in held.items() if h['lock'] == L]
+            if not cands: continue
+            id_ = random.choice(cands)
+            rep = r.cmd('EVALSHA', sha['reenter'], 3, *keys7(L)[:3], id_)
+            if rep[0] < 0: held.pop(id_, None)
+        elif op < 0.90:
+            if b == 'b3' and (step // 200) % 2 == 1: continue
+            ids = [i for i, wv in waiting.items() if wv[0] == L and wv[1] == b and i not in held]
+            rep = r.cmd('EVALSHA', sha['heartbeat'], 7, *keys7(L), *ctx(L, b), *ids)
+            nl = rep[1]
+            for i in rep[2:2+nl]: waiting.pop(i, None)
+            lst = rep[2+nl:]
+            for j in range(0, len(lst), 3):
+                id_ = lst[j]; wi = waiting.get(id_)
+                if wi: grant(L, id_, lst[j+1], lst[j+2], t0, wi[2], wi[3], 'hb')
+                elif id_ in held: pass
+                else: viol.append('hb grant of unknown %s' % id_)
+        else:
+            ids = [i for i, wv in waiting.items() if wv[0] == L and wv[1] == b] + [i for i, h in held.items() if h['lock'] == L]
+            if random.random() < 0.2:
+                r.cmd('EVALSHA', sha['inspect'], 7, *keys7(L)); ids = []
+            if not ids: continue
+            id_ = random.choice(ids)
+            rep = r.cmd('EVALSHA', sha['withdraw'], 7, *keys7(L), *ctx(L, b), id_)
+            waiting.pop(id_, None); held.pop(id_, None)
+            lst = rep[1:]
+            for j in range(0, len(lst), 3):
+                g = lst[j]; wi = waiting.get(g)
+                if wi: grant(L, g, lst[j+1], lst[j+2], t0, wi[2], wi[3], 'wd')
+    except Exception as e:
+        viol.append('error %s' % e)
+    for (lk, f, i, src) in opf:
+        if f <= lastfence.get(lk, 0): viol.append('fence backwards %s %s %d <= %d %s' % (lk, i, f, lastfence[lk], src))
+    if len(set(f for _, f, _, _ in opf)) != len(opf): viol.append('dup fence %s' % opf)
+    for (lk, f, i, src) in opf: lastfence[lk] = max(lastfence.get(lk, 0), f)
+    opf.clear()
+    t = now()
+    check_me(t); check_state(t)
+    if viol:
+        print('seed', seed, 'step', step, 'op', op, L, b); print('\n'.join(viol[:5]))
+        for L2 in LOCKS:
+            for key in keys7(L2):
+                ty = r.cmd('TYPE', key); print(key, ty, r.cmd('PTTL', key), r.cmd('ZRANGE', key, 0, -1, 'WITHSCORES') if ty=='zset' else (r.cmd('HGETALL', key) if ty=='hash' else ''))
+        print('now', t, 'hist', hist[-6:]); sys.exit(1)
+    if random.random() < 0.05: time.sleep(random.choice([0.03, 0.1, 0.25, 0.4]))
+print('ok', seed)
