@@ -20,5 +20,6 @@ if holder_get(K.h, K.i, id) then
 elseif redis.call('ZSCORE', K.q, id) then
   local wi = info_get(K.w, id)
   dequeue(K, id, wi and wi[1])
+  if not wi then recount_xw(K) end
 end
 return finish(K, C, {status}, promote(K, C))

@@ -209,13 +209,28 @@ local function dequeue(K, id, mode)
   if mode == 'x' then redis.call('HINCRBY', K.s, 'xw', -1) end
 end
 
+-- Sets :s 'xw' from the waiters' info itself. For when a waiter went
+-- whose info was already missing (evicted, edited): its mode is unknown,
+-- so the count cannot just go down by one, and a count left too high
+-- would hold back non-fair shared requests until the queue empties.
+local function recount_xw(K)
+  local n = 0
+  for _, raw in ipairs(redis.call('HVALS', K.w)) do
+    if cmsgpack.unpack(raw)[1] == 'x' then n = n + 1 end
+  end
+  redis.call('HSET', K.s, 'xw', n)
+end
+
 -- Drops waiters whose broker stopped refreshing their heartbeat.
 local function purge_waiters(K, now_ms)
   local dead = redis.call('ZRANGEBYSCORE', K.d, '-inf', now_ms)
+  local missing = false
   for _, id in ipairs(dead) do
     local wi = info_get(K.w, id)
     dequeue(K, id, wi and wi[1])
+    missing = missing or not wi
   end
+  if missing then recount_xw(K) end
 end
 
 -- Every script that touched the queue ends with this: the queue keys live
@@ -358,7 +373,11 @@ local function promote(K, C, list, queue, first)
     redis.call('ZREM', K.q, unpack(gone))
     redis.call('ZREM', K.d, unpack(gone))
     redis.call('HDEL', K.w, unpack(gone))
-    if xgone > 0 then redis.call('HINCRBY', K.s, 'xw', -xgone) end
+    if #gone > ngranted then
+      recount_xw(K)
+    elseif xgone > 0 then
+      redis.call('HINCRBY', K.s, 'xw', -xgone)
+    end
   end
   return out, ngranted, xgranted, #gone - ngranted
 end

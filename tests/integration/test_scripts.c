@@ -169,3 +169,33 @@ LB_TEST(scripts, a_withdraw_lets_the_next_wake_out, 30)
 	cr_assert(hexists(r, "lb:{wk}:s", "wk:bX"), "the wake for W3 did not go out");
 	lb_end();
 }
+
+/* A queued exclusive waiter whose info went missing (evicted, edited) is
+ * dropped without knowing its mode: the exclusive-waiter count is then
+ * recounted from the waiters left, not left one too high (which would hold
+ * back every non-fair shared request until the queue empties). */
+LB_TEST(scripts, dropping_an_infoless_waiter_recounts_exclusive_waiters, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	const char *acq = load(r, "acquire");
+	const char *rel = load(r, "release");
+	const char *H = "H0000000000000000000000000000000", *X1 = "X1000000000000000000000000000000";
+	const char *S1 = "S1000000000000000000000000000000";
+	const char *sargs[] = {S1, "s", "0", "30000", "", "", "0", "1", "1", "10000"};
+	redisReply *rep;
+
+	cr_assert_eq(acquire(r, acq, "xw", "b1", H, "30000", false, NULL), 1);
+	cr_assert_eq(acquire(r, acq, "xw", "b1", X1, "30000", true, NULL), 0);
+	rep = call(r, acq, "xw", "b2", 10, sargs);
+	cr_assert_eq(rep->element[0]->integer, 0, "S1 queued");
+	freeReplyObject(rep);
+	cr_assert_str_eq(lb_redis_cmd(r, "HGET lb:{xw}:s xw")->str, "1");
+	lb_redis_cmd(r, "HDEL lb:{xw}:w %s", X1);
+	freeReplyObject(call(r, rel, "xw", "b1", 2, (const char *[]){H, "0"}));
+	cr_assert_eq(lb_redis_cmd(r, "ZSCORE lb:{xw}:q %s", X1)->type, REDIS_REPLY_NIL,
+	             "the infoless waiter is dropped");
+	rep = lb_redis_cmd(r, "HGET lb:{xw}:s xw");
+	cr_assert(rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "0") == 0,
+	          "xw is %s with no exclusive waiter left", rep->type == REDIS_REPLY_STRING ? rep->str : "nil");
+	lb_end();
+}
