@@ -909,12 +909,44 @@ void waitq_shutdown(void)
 		end_all(s, WEND_SHUTDOWN);
 }
 
+static void on_orphans_dropped(const redisReply *r, void *priv)
+{
+	struct heartbeat *hb = priv;
+
+	if (!rpool_reply_failed(r) && r->type == REDIS_REPLY_ARRAY && r->elements >= 1) {
+		if (r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer > 0)
+			LOG(LOG_INFO, "msg=\"dropped orphaned waiters\" count=%lld",
+			    (long long)r->element[0]->integer);
+		waitq_take_grants(hb->name, hb->len, r, 1, hb->sent_at);
+	}
+	free(hb);
+}
+
+/* A wake for a lock this broker has no waiter on: whatever waiter of ours
+ * Redis still queues there is an orphan reserving the lock. The script
+ * goes on the lock's route, behind anything this broker sent for it. */
+static void drop_orphans(const char *name, size_t len)
+{
+	struct heartbeat *hb;
+	lockscript_t ls;
+
+	lockscript_begin(&ls, name, len, LOCK_NKEYS, true);
+	hb = xmalloc(sizeof(*hb) + len);
+	hb->sent_at = timers_now();
+	hb->len = len;
+	memcpy(hb->name, name, len);
+	if (lockscript_send(&ls, SCRIPT_ORPHANS, on_orphans_dropped, hb) < 0)
+		free(hb);
+}
+
 void waitq_on_message(const char *name, size_t len)
 {
 	wlock_t *wl = wlock_find(name, len);
 
 	if (wl)
 		wlock_heartbeat(wl);
+	else if (len > 0 && len <= REQ_LOCK_MAX_BYTES)
+		drop_orphans(name, len);
 }
 
 void waitq_on_subscribed(void)

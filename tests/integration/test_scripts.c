@@ -3,8 +3,8 @@
  * states that brokers reach only through races: the scripts are assembled
  * as the build embeds them (deploy/embed-lua.sh --text), loaded into a
  * private Redis, and called by EVALSHA with the broker's key layout and
- * context, acting as several brokers at once. Run from the repository
- * root (make test does).
+ * context, acting as several brokers at once (next to real brokers where
+ * a test needs one). Run from the repository root (make test does).
  */
 #include "tests/integration/harness.h"
 
@@ -197,5 +197,64 @@ LB_TEST(scripts, dropping_an_infoless_waiter_recounts_exclusive_waiters, 30)
 	rep = lb_redis_cmd(r, "HGET lb:{xw}:s xw");
 	cr_assert(rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "0") == 0,
 	          "xw is %s with no exclusive waiter left", rep->type == REDIS_REPLY_STRING ? rep->str : "nil");
+	lb_end();
+}
+
+/* The inbox channels (lb:inbox:ID) Redis has subscribers on. */
+static size_t inboxes(lb_redis *r, char out[][64], size_t max)
+{
+	redisReply *rep = lb_redis_cmd(r, "PUBSUB CHANNELS lb:inbox:*");
+	size_t n = 0;
+
+	cr_assert_eq(rep->type, REDIS_REPLY_ARRAY);
+	for (size_t k = 0; k < rep->elements && n < max; k++)
+		snprintf(out[n++], 64, "%s", rep->element[k]->str + strlen("lb:inbox:"));
+	return n;
+}
+
+/* A waiter left in Redis by a broker that no longer knows it (its
+ * acquire's reply was lost and the broker gave up on it) reaches the head
+ * of the queue: that broker is woken, finds no waiter of its own there,
+ * and drops the orphan, so the next waiter is granted at once, not when
+ * the orphan's heartbeat deadline passes (5 s). */
+LB_TEST(scripts, a_wake_for_an_unknown_waiter_drops_the_orphan, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *a = lb_broker_start(r, NULL);
+	char before[4][64], after[4][64];
+	size_t na = inboxes(r, before, 4), nb;
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *h = lb_connect(a, LB_TCP), *w = lb_connect(a, LB_UNIX);
+	const char *bid = NULL, *acq, *lease;
+	const char *orphan = "0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a";
+	json_t *id, *m;
+	int64_t t0;
+
+	(void)b;
+	for (int tries = 0; tries < 50 && (nb = inboxes(r, after, 4)) < na + 1; tries++)
+		lb_sleep_ms(20);
+	for (size_t k = 0; k < nb && !bid; k++) {
+		bool old = false;
+		for (size_t j = 0; j < na; j++)
+			old = old || strcmp(after[k], before[j]) == 0;
+		if (!old)
+			bid = after[k];
+	}
+	cr_assert_not_null(bid, "broker b's inbox not found");
+	acq = load(r, "acquire");
+
+	lease = lb_must_acquire(h, "orph", 30000);
+	/* The orphan: queued as broker b's, which has never heard of it. */
+	cr_assert_eq(acquire(r, acq, "orph", bid, orphan, "30000", true, NULL), 0);
+	id = lb_send_req(w, "{s:s, s:s}", "op", "acquire", "lock", "orph");
+	lb_wait_waiters(h, "orph", 2, 2000);
+	t0 = lb_now_ms();
+	cr_assert_eq(lb_release(h, lease), 0);
+	m = lb_wait_response(w, id, 8000);
+	lb_expect_ok(m);
+	cr_expect_lt(lb_now_ms() - t0, 2000, "granted after %lld ms: the orphan held the lock",
+	             (long long)(lb_now_ms() - t0));
+	cr_assert_eq(lb_redis_cmd(r, "ZSCORE lb:{orph}:q %s", orphan)->type, REDIS_REPLY_NIL);
+	cr_assert_eq(lb_release(w, lb_str(m, "lease")), 0);
 	lb_end();
 }
