@@ -16,9 +16,19 @@
 -- The request is granted as the solo holder: 3 Redis calls, 4 when the
 -- header's lifetime must grow.
 local t = redis.call('TIME')
-local hv = redis.call('HMGET', KEYS[3], 'm', 'o', 'x', 'f', 'z')
+local hv = redis.call('HMGET', KEYS[3], 'm', 'o', 'x', 'f', 'z', 'k', 'l')
 if not hv[1] then
   local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  -- A try (no wait) against another live solo holder that it cannot join
+  -- is answered here, and the holder stays solo: a conflict of kind or
+  -- limit, else busy until the holder's expiry.
+  if hv[2] and hv[2] ~= ARGV[6] and tonumber(hv[3]) > now_ms and ARGV[13] ~= '1' then
+    local mode, limit = ARGV[7], tonumber(ARGV[8])
+    if (hv[6] == 'p') ~= (mode == 'p') or tonumber(hv[7]) ~= limit then return {-1, 0} end
+    if mode == 'x' or hv[6] == 'x' or (mode == 'p' and limit < 2) then
+      return {0, tonumber(hv[3]) - now_ms}
+    end
+  end
   if (not hv[2] or tonumber(hv[3]) <= now_ms)
       and (hv[4] or redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4], KEYS[6]) == 0) then
     local ttl, max_hold, retention = tonumber(ARGV[9]), tonumber(ARGV[12]), tonumber(ARGV[1])

@@ -610,12 +610,12 @@ LB_TEST(layout, solo_reentrancy_counts, 60)
 	lb_expect_err(release(c, lease), "not_held");
 	lb_expect_err(extend(c, lease, 5000), "not_held");
 
-	/* Again, but a busy try (no fast path) moves the holder into the model
-	 * at count 3: the count comes along and counts down there. */
+	/* Again, but a waiter (queued, then timed out) moves the holder into
+	 * the model at count 3: the count comes along and counts down there. */
 	a = enter_three_times(r, c, lock);
 	lease = lb_str(a, "lease");
-	lb_expect_err(acq(other, lock, AO(.ttl_ms = 10000, .wait_ms = 0)), "timeout");
-	expect_model_layout(r, lock, "after a busy try");
+	lb_expect_err(acq(other, lock, AO(.ttl_ms = 10000, .wait_ms = 50)), "timeout");
+	expect_model_layout(r, lock, "after a waiter came and went");
 	in = lb_inspect(c, lock);
 	cr_assert_eq(lb_int(holder(in, 0), "count"), 3, "count lost moving into the model: %s",
 	             lb_dump(in));
@@ -1085,10 +1085,10 @@ LB_TEST(layout, header_outlives_a_long_lease_after_the_model, 60)
 	expect_solo_layout(r, lock, 0, "a long solo lease");
 	cr_assert_geq(hfield_ll(r, lock, "z"), hfield_ll(r, lock, "x") + 60000, "{%s}",
 	              header_text(r, lock));
-	/* A failed try takes the slow path: the holder moves into the model
-	 * and 'z' goes. */
-	lb_expect_err(acq(cb, lock, AO(.ttl_ms = 1000, .wait_ms = 0)), "timeout");
-	expect_model_layout(r, lock, "after a failed try");
+	/* A waiter takes the slow path: the holder moves into the model and
+	 * 'z' goes. */
+	lb_expect_err(acq(cb, lock, AO(.ttl_ms = 1000, .wait_ms = 50)), "timeout");
+	expect_model_layout(r, lock, "after a waiter came and went");
 	cr_assert_null(hfield(r, lock, "z"), "{%s}", header_text(r, lock));
 	/* The model's last release leaves the header for the retention only. */
 	cr_assert_eq(lb_release(ca, lb_str(a, "lease")), 0);
@@ -1100,5 +1100,50 @@ LB_TEST(layout, header_outlives_a_long_lease_after_the_model, 60)
 	pttl = redis_int(lb_redis_cmd(r, "PTTL %s", lkey(lock, NULL)));
 	cr_assert_geq(pttl, 600000 + 60000 - 5000, "the header (PTTL %lld) must outlive the lease",
 	              pttl);
+	lb_end();
+}
+
+/* A try (wait_ms 0) against a solo holder it cannot join is answered by
+ * the fast path and leaves the holder solo (so its renewals and release
+ * stay fast); one that can join (a second shared holder, a second permit)
+ * moves it into the model as before. */
+LB_TEST(layout, failed_try_keeps_the_holder_solo, 60)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *ca = client(b, LB_TCP, "try-a");
+	lb_client *cb = client(b, LB_UNIX, "try-b");
+	json_t *a = acq_ok(ca, "lay-try", AO(.ttl_ms = 10000, .wait_ms = 0));
+	json_t *e, *s1, *p1;
+
+	for (int k = 0; k < 3; k++) {
+		e = acq(cb, "lay-try", AO(.ttl_ms = 10000, .wait_ms = 0));
+		lb_expect_err(e, "timeout");
+		lb_expect_err(acq(cb, "lay-try", AO(.mode = "shared", .ttl_ms = 10000, .wait_ms = 0)),
+		              "timeout");
+		lb_expect_err(acq(cb, "lay-try", AO(.limit = 2, .ttl_ms = 10000, .wait_ms = 0)),
+		              "conflict");
+	}
+	expect_solo_layout(r, "lay-try", 0, "after failed tries");
+	cr_assert_eq(lb_int(extend(ca, lb_str(a, "lease"), 20000), "ttl_ms"), 20000);
+	cr_assert_eq(lb_release(ca, lb_str(a, "lease")), 0);
+	lb_expect_free(cb, "lay-try");
+
+	/* Shared: a second shared holder joins (model); an exclusive try fails. */
+	s1 = acq_ok(ca, "lay-try-s", AO(.mode = "shared", .ttl_ms = 10000, .wait_ms = 0));
+	lb_expect_err(acq(cb, "lay-try-s", AO(.ttl_ms = 10000, .wait_ms = 0)), "timeout");
+	expect_solo_layout(r, "lay-try-s", 0, "a shared holder after an exclusive try");
+	acq_ok(cb, "lay-try-s", AO(.mode = "shared", .ttl_ms = 10000, .wait_ms = 0));
+	expect_model_layout(r, "lay-try-s", "two shared holders");
+	(void)s1;
+
+	/* Permits: limit 1 is full with one; limit 3 takes a second. */
+	p1 = acq_ok(ca, "lay-try-p1", AO(.limit = 1, .ttl_ms = 10000, .wait_ms = 0));
+	lb_expect_err(acq(cb, "lay-try-p1", AO(.limit = 1, .ttl_ms = 10000, .wait_ms = 0)), "timeout");
+	expect_solo_layout(r, "lay-try-p1", 0, "a full semaphore of 1 after a try");
+	acq_ok(ca, "lay-try-p3", AO(.limit = 3, .ttl_ms = 10000, .wait_ms = 0));
+	acq_ok(cb, "lay-try-p3", AO(.limit = 3, .ttl_ms = 10000, .wait_ms = 0));
+	expect_model_layout(r, "lay-try-p3", "two permits of 3");
+	(void)p1;
 	lb_end();
 }
