@@ -800,15 +800,14 @@ static void cy_check_idle(void)
 static void cy_acquired(slot_t *sl, bool ok, const char *lease, size_t lease_len);
 static void cy_released(slot_t *sl, bool ok);
 
-/* The broker's acquire ARGV, exactly as broker/waitq.c sends it: the
- * context (retention, broker id, prefix, name, heartbeat), then id, mode,
- * limit, ttl_ms, owner, client, max_hold_ms, wait, fair, max_queue. */
-static int raw_acq_argv(slot_t *sl, const char **argv, size_t *lens)
+/* EVALSHA sha, the slot's 7 keys and the context the broker sends first
+ * (retention, broker id, prefix, name, heartbeat), then the slot's id. */
+static int raw_head(slot_t *sl, const char *sha, const char **argv)
 {
 	int n = 0;
 
 	argv[n++] = "EVALSHA";
-	argv[n++] = O.acq_sha;
+	argv[n++] = sha;
 	argv[n++] = "7";
 	for (int k = 0; k < 7; k++)
 		argv[n++] = sl->keys[k];
@@ -818,15 +817,19 @@ static int raw_acq_argv(slot_t *sl, const char **argv, size_t *lens)
 	argv[n++] = sl->lock;
 	argv[n++] = "5000";
 	argv[n++] = sl->id;
-	argv[n++] = "x";
-	argv[n++] = "0";
-	argv[n++] = "30000";
-	argv[n++] = "";
-	argv[n++] = "";
-	argv[n++] = "0";
-	argv[n++] = "0";
-	argv[n++] = "1";
-	argv[n++] = "10000";
+	return n;
+}
+
+/* The broker's acquire ARGV, exactly as broker/waitq.c sends it: the head,
+ * then mode, limit, ttl_ms, owner, client, max_hold_ms, wait, fair,
+ * max_queue. */
+static int raw_acq_argv(slot_t *sl, const char **argv, size_t *lens)
+{
+	static const char *const tail[] = {"x", "0", "30000", "", "", "0", "0", "1", "10000"};
+	int n = raw_head(sl, O.acq_sha, argv);
+
+	for (size_t k = 0; k < sizeof(tail) / sizeof(tail[0]); k++)
+		argv[n++] = tail[k];
 	for (int k = 0; k < n; k++)
 		lens[k] = strlen(argv[k]);
 	return n;
@@ -834,19 +837,8 @@ static int raw_acq_argv(slot_t *sl, const char **argv, size_t *lens)
 
 static int raw_rel_argv(slot_t *sl, const char **argv, size_t *lens)
 {
-	int n = 0;
+	int n = raw_head(sl, O.rel_sha, argv);
 
-	argv[n++] = "EVALSHA";
-	argv[n++] = O.rel_sha;
-	argv[n++] = "7";
-	for (int k = 0; k < 7; k++)
-		argv[n++] = sl->keys[k];
-	argv[n++] = "60000";
-	argv[n++] = "benchraw";
-	argv[n++] = O.prefix;
-	argv[n++] = sl->lock;
-	argv[n++] = "5000";
-	argv[n++] = sl->id;
 	argv[n++] = "0";
 	for (int k = 0; k < n; k++)
 		lens[k] = strlen(argv[k]);

@@ -467,21 +467,11 @@ lb_redis *lb_redis_start(bool tcp)
 
 void lb_redis_stop(lb_redis *r)
 {
-    if (r->ctx) {
-        redisFree(r->ctx);
-        r->ctx = NULL;
-    }
-    if (r->pid <= 0)
-        return;
-    kill(r->pid, SIGTERM);
-    int st;
-    if (!wait_timeout(r->pid, 5000, &st)) {
-        kill(r->pid, SIGKILL);
-        waitpid(r->pid, NULL, 0);
-    }
-    r->pid = 0;
+    bool was_running = r->pid > 0;
+
+    redis_stop_quiet(r);
     /* redis removes its socket on SIGTERM; make sure a restart binds anew. */
-    if (!r->tcp)
+    if (was_running && !r->tcp)
         unlink(r->sock);
 }
 
