@@ -73,9 +73,9 @@ for _, hd in ipairs(list) do
   if hd[1] == id then return finish(K, C, {1, hd[3][7], hd[2] - C.now_ms}, {}) end
 end
 
--- The first 1000 waiters, and the info of the first 4 (promote reads on
+-- The first page of waiters, and the info of the first 4 (promote reads on
 -- from there).
-local queue = redis.call('ZRANGE', K.q, 0, 999)
+local queue = redis.call('ZRANGE', K.q, 0, QPAGE - 1)
 local first = #queue > 0 and redis.call('HMGET', K.w, unpack(queue, 1, math.min(4, #queue)))
 for _, hd in ipairs(list) do
   if (hd[3][1] == 'p') ~= (mode == 'p') or hd[3][6] ~= limit then
@@ -98,9 +98,9 @@ for n = 1, #granted, 3 do
 end
 
 -- Whether id waits already (a retried acquire), and how many do: from
--- the list read above unless promote changed the queue or it is longer.
+-- the page read above unless promote changed the queue or it is longer.
 local queued, nqueued
-if ngranted + ngone == 0 and #queue < 1000 then
+if ngranted + ngone == 0 and #queue < QPAGE then
   nqueued = #queue
   for _, q in ipairs(queue) do
     if q == id then queued = true; break end

@@ -49,6 +49,7 @@ local granted = promote(K, C)
 for _, v in ipairs(already) do granted[#granted + 1] = v end
 -- The first expiry: the earliest moment anything may become free (a
 -- permit, a shared holder), whatever the waiters want.
-local reply = {blocked_for(holders(K.h, K.i), 'p', C.now_ms), #lost}
+local first = redis.call('ZRANGE', K.h, 0, 0, 'WITHSCORES')
+local reply = {#first > 0 and tonumber(first[2]) - C.now_ms or 0, #lost}
 for _, id in ipairs(lost) do reply[#reply + 1] = id end
 return finish(K, C, reply, granted)

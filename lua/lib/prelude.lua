@@ -247,7 +247,15 @@ local function retime_queue(K, C)
     return false
   end
   local until_ms = tonumber(top[2]) + 1000
-  if tonumber(redis.call('HGET', K.s, 'qz') or '0') < until_ms then
+  local qz
+  if C.clear_wk then
+    local v = redis.call('HMGET', K.s, 'qz', 'wk:' .. C.broker)
+    qz = v[1]
+    if v[2] then redis.call('HDEL', K.s, 'wk:' .. C.broker) end
+  else
+    qz = redis.call('HGET', K.s, 'qz')
+  end
+  if tonumber(qz or '0') < until_ms then
     until_ms = until_ms + C.heartbeat
     redis.call('HSET', K.s, 'qz', until_ms)
     for _, k in ipairs({K.q, K.w, K.d, K.s}) do redis.call('PEXPIRE', k, until_ms - C.now_ms) end
@@ -303,23 +311,30 @@ local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
   return fence, expiry - C.now_ms
 end
 
+-- The queue is read QPAGE waiters at a time: reading all of a long queue
+-- in every script made each script's cost grow with the queue.
+local QPAGE = 32
+
 -- Grants queued waiters in arrival order while they fit (see the header).
--- Looks at most 1000 waiters ahead, reading their info a few at a time; the
--- grants and dequeues are written together at the end (a batch of readers
--- costs a few calls, not a few per reader). A broker is told at most once
--- until it runs promote itself (:s 'wk:' broker). list: the holders, queue: the first 1000 waiters, first: the
--- info of the first 4 of them, when the caller has them. Returns the
+-- Looks at most about 1000 waiters ahead, reading them a page and their
+-- info a few at a time; the grants and dequeues are written together at
+-- the end (a batch of readers costs a few calls, not a few per reader). A
+-- broker is told at most once until it runs promote itself (:s 'wk:'
+-- broker). list: the holders, queue: the first page of waiters (promote
+-- appends the pages it reads on), first: the info of the first 4 of
+-- them, when the caller has them. Returns the
 -- grants made for C.broker as a flat list {id, fence, ttl_ms, ...}, then
 -- how many were granted, whether one of them is exclusive, and how many
 -- waiters were dropped for want of their info.
 local function promote(K, C, list, queue, first)
   local out, woken = {}, {}
   local nheld, xheld = count_holders(list or holders(K.h, K.i))
-  queue = queue or redis.call('ZRANGE', K.q, 0, 999)
+  queue = queue or redis.call('ZRANGE', K.q, 0, QPAGE - 1)
   -- C.broker is running promote itself: whatever wake it was sent is
   -- answered (its waiters that fit are granted below), so the next one may
   -- go out. Left set, it would silence the wake of its next waiter.
-  if #queue > 0 then redis.call('HDEL', K.s, 'wk:' .. C.broker) end
+  -- (retime_queue clears the mark, in the call that reads :s anyway.)
+  if #queue > 0 then C.clear_wk = true end
   local zadd, hset, gone, xgone = {}, {}, {}, 0
   local ngranted, xgranted = 0, false
   local infos, stop = {}, false
@@ -363,6 +378,12 @@ local function promote(K, C, list, queue, first)
     end
     if stop then break end
     n = n + #infos
+    -- Every waiter read so far fits: the next page, while the last was full.
+    if n > #queue and #queue % QPAGE == 0 and #queue < 1000 then
+      for _, id in ipairs(redis.call('ZRANGE', K.q, #queue, #queue + QPAGE - 1)) do
+        queue[#queue + 1] = id
+      end
+    end
   end
   if #zadd > 0 then
     redis.call('ZADD', K.h, unpack(zadd))

@@ -258,3 +258,96 @@ LB_TEST(scripts, a_wake_for_an_unknown_waiter_drops_the_orphan, 30)
 	cr_assert_eq(lb_release(w, lb_str(m, "lease")), 0);
 	lb_end();
 }
+
+/* ---- a queue longer than the page the scripts read ----------------------- */
+
+/* A shared acquire of lock as broker by waiter number k (id from k). */
+static long long acquire_shared(lb_redis *r, const char *sha, const char *lock, const char *broker,
+                                int k, const char *max_queue, redisReply **out)
+{
+	char id[33];
+	const char *args[] = {id, "s", "0", "30000", "", "", "0", "1", "1", max_queue};
+	redisReply *rep;
+	long long v;
+
+	snprintf(id, sizeof(id), "R%031d", k);
+	rep = call(r, sha, lock, broker, 10, args);
+	v = rep->element[0]->integer;
+	if (out)
+		*out = rep;
+	else
+		freeReplyObject(rep);
+	return v;
+}
+
+static long long zcard(lb_redis *r, const char *key)
+{
+	redisReply *rep = lb_redis_cmd(r, "ZCARD %s", key);
+	cr_assert_eq(rep->type, REDIS_REPLY_INTEGER);
+	return rep->integer;
+}
+
+/* The scripts read the queue a page (32) at a time. A release in front of
+ * 70 readers grants all of them, reading on page after page, and stops at
+ * the writer behind them; the readers behind the writer keep waiting. */
+LB_TEST(scripts, a_release_grants_readers_past_the_first_page, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	const char *acq = load(r, "acquire");
+	const char *rel = load(r, "release");
+	const char *H = "H0000000000000000000000000000000", *W = "W0000000000000000000000000000000";
+	redisReply *rep;
+
+	cr_assert_eq(acquire(r, acq, "pg", "b1", H, "30000", false, NULL), 1);
+	for (int k = 0; k < 70; k++)
+		cr_assert_eq(acquire_shared(r, acq, "pg", "b1", k, "10000", NULL), 0);
+	cr_assert_eq(acquire(r, acq, "pg", "b1", W, "30000", true, NULL), 0);
+	for (int k = 70; k < 75; k++)
+		cr_assert_eq(acquire_shared(r, acq, "pg", "b1", k, "10000", NULL), 0);
+	cr_assert_eq(zcard(r, "lb:{pg}:q"), 76);
+
+	rep = call(r, rel, "pg", "b1", 2, (const char *[]){H, "0"});
+	cr_assert_eq(rep->element[0]->integer, 0);
+	cr_assert_eq(rep->elements, 1 + 3 * 70, "%zu elements: not every reader ahead of the writer",
+	             rep->elements);
+	for (int k = 0; k < 70; k++) {
+		char id[33];
+		snprintf(id, sizeof(id), "R%031d", k);
+		cr_assert_str_eq(rep->element[1 + 3 * k]->str, id, "grant %d out of queue order", k);
+	}
+	freeReplyObject(rep);
+	cr_assert_eq(zcard(r, "lb:{pg}:h"), 70);
+	cr_assert_eq(zcard(r, "lb:{pg}:q"), 6, "the writer and the 5 readers behind it wait");
+	rep = lb_redis_cmd(r, "ZRANGE lb:{pg}:q 0 0");
+	cr_assert_str_eq(rep->element[0]->str, W);
+	lb_end();
+}
+
+/* Past the first page, an acquire repeated by a waiter that is queued
+ * already (its broker lost the reply) keeps its place, and the queue bound
+ * counts the whole queue. */
+LB_TEST(scripts, a_long_queue_keeps_repeats_and_its_bound, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	const char *acq = load(r, "acquire");
+	const char *H = "H0000000000000000000000000000000";
+	redisReply *rep;
+
+	cr_assert_eq(acquire(r, acq, "lq", "b1", H, "30000", false, NULL), 1);
+	for (int k = 0; k < 50; k++)
+		cr_assert_eq(acquire_shared(r, acq, "lq", "b1", k, "50", NULL), 0);
+	/* waiter 40 asks again: still 50 waiting, and 40 keeps its number */
+	rep = lb_redis_cmd(r, "ZSCORE lb:{lq}:q R%031d", 40);
+	cr_assert_eq(rep->type, REDIS_REPLY_STRING);
+	char before[32];
+	snprintf(before, sizeof(before), "%s", rep->str);
+	cr_assert_eq(acquire_shared(r, acq, "lq", "b1", 40, "50", NULL), 0);
+	cr_assert_eq(zcard(r, "lb:{lq}:q"), 50);
+	rep = lb_redis_cmd(r, "ZSCORE lb:{lq}:q R%031d", 40);
+	cr_assert_str_eq(rep->str, before, "a repeat moved waiter 40 to the back");
+	/* a new one is over the bound of 50 */
+	cr_assert_eq(acquire_shared(r, acq, "lq", "b1", 50, "50", &rep), -2);
+	freeReplyObject(rep);
+	cr_assert_eq(zcard(r, "lb:{lq}:q"), 50);
+	lb_end();
+}
