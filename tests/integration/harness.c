@@ -483,6 +483,8 @@ void lb_redis_restart(lb_redis *r)
 
 const char *lb_redis_url(const lb_redis *r) { return r->url; }
 
+pid_t lb_redis_pid(const lb_redis *r) { return r->pid; }
+
 redisContext *lb_redis_ctx(lb_redis *r)
 {
     cr_assert(r->pid > 0, "redis-server is not running");

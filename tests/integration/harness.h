@@ -67,6 +67,8 @@ void lb_redis_stop(lb_redis *r);
 void lb_redis_restart(lb_redis *r);
 /* The URL to give the broker's --redis. */
 const char *lb_redis_url(const lb_redis *r);
+/* The redis-server's pid (to freeze it with SIGSTOP); 0 when stopped. */
+pid_t lb_redis_pid(const lb_redis *r);
 /* A sync hiredis connection (made on demand, remade after a restart). */
 redisContext *lb_redis_ctx(lb_redis *r);
 /* Run a command; returns the reply (owned by the harness) or fails. */

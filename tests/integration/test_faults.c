@@ -37,17 +37,6 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static pid_t redis_pid(lb_redis *r)
-{
-	redisReply *rep = lb_redis_cmd(r, "INFO server");
-	const char *p;
-
-	cr_assert_eq(rep->type, REDIS_REPLY_STRING);
-	p = strstr(rep->str, "process_id:");
-	cr_assert_not_null(p);
-	return (pid_t)atol(p + strlen("process_id:"));
-}
-
 static bool redis_up(lb_client *c)
 {
 	json_t *resp = lb_stats(c);
@@ -284,7 +273,7 @@ LB_TEST(faults, redis_kill9_unavailable_lost_and_recovery, 90)
 	int64_t wsent[2], tk, ta, t_wd = -1, t_nowd = -1, t_unavail = -1, tr;
 	const char *wd, *nowd;
 	json_int_t fence_wd;
-	pid_t pid = redis_pid(r);
+	pid_t pid = lb_redis_pid(r);
 
 	a = lb_try_acquire(holder, "k9a", 1500); /* watchdog: renewed every 500 ms */
 	lb_expect_ok(a);
@@ -445,7 +434,7 @@ LB_TEST(faults, redis_sigstop_longer_than_ttl, 60)
 	lb_client *c = lb_connect(b, LB_TCP);
 	lb_client *probe = lb_connect(b, LB_UNIX);
 	lb_client *late = lb_connect(b2, LB_TCP);
-	pid_t pid = redis_pid(r);
+	pid_t pid = lb_redis_pid(r);
 	json_t *a, *ev, *resp, *id, *in;
 	const char *l1, *l2;
 	json_int_t f1;
@@ -1301,7 +1290,7 @@ LB_TEST(faults, mutual_exclusion_through_every_fault, 120)
 	lb_redis *r = lb_redis_start(true);
 	lb_broker *A = lb_broker_start(r, NULL);
 	lb_broker *B = lb_broker_start(r, NULL);
-	pid_t rpid = redis_pid(r);
+	pid_t rpid = lb_redis_pid(r);
 	static wl_worker *w;
 	pthread_t th[WL_THREADS];
 	long snap[6];

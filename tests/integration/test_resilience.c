@@ -12,17 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static pid_t redis_pid(lb_redis *r)
-{
-	redisReply *rep = lb_redis_cmd(r, "INFO server");
-	const char *p;
-
-	cr_assert_eq(rep->type, REDIS_REPLY_STRING);
-	p = strstr(rep->str, "process_id:");
-	cr_assert_not_null(p);
-	return (pid_t)atol(p + strlen("process_id:"));
-}
-
 static bool redis_up(lb_client *c)
 {
 	json_t *resp = lb_stats(c);
@@ -82,7 +71,7 @@ LB_TEST(resilience, frozen_redis_fails_commands_then_recovers, 60)
 	lb_redis *r = lb_redis_start(false);
 	lb_broker *b = lb_broker_start(r, NULL);
 	lb_client *c = lb_connect(b, LB_TCP);
-	pid_t pid = redis_pid(r);
+	pid_t pid = lb_redis_pid(r);
 	json_t *resp;
 	int64_t t0;
 
@@ -104,7 +93,7 @@ LB_TEST(resilience, shutdown_with_frozen_redis_still_exits, 60)
 	lb_redis *r = lb_redis_start(false);
 	lb_broker *b = lb_broker_start(r, NULL);
 	lb_client *c = lb_connect(b, LB_TCP);
-	pid_t pid = redis_pid(r);
+	pid_t pid = lb_redis_pid(r);
 
 	lb_must_acquire(c, "held", 30000);
 	lb_close(c);

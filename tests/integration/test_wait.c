@@ -7,6 +7,7 @@
  */
 #include "tests/integration/harness.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -473,6 +474,139 @@ LB_TEST(wait, inspect_and_stats_count_waiters, 30)
 	cr_assert_eq(lb_inspect_waiters(h, "is"), 0);
 	cr_assert_eq(lb_release(w3, lb_str(g, "lease")), 0);
 	lb_expect_no_queue(r, h, "is", 1000, false);
+	lb_end();
+}
+
+/* ---- a burst of acquires on one lock ----------------------------------------- */
+
+/* A broker keeps at most 4 acquires of one lock on their way to Redis and
+ * holds the others, in order: Redis runs everything a connection sent
+ * before it answers anyone, so a long burst on one lock delayed other
+ * brokers' wake-ups. Shown with Redis frozen: the 5th acquire, held, is
+ * cancelled at once (nothing of it is in Redis), while the 4th, on its
+ * way, is answered only after Redis replied; the others reach the queue in
+ * the order they came and are granted in that order. */
+LB_TEST(wait, a_burst_on_one_lock_is_sent_a_few_at_a_time, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *h = lb_connect(b, LB_TCP);
+	lb_client *s = lb_connect(b, LB_UNIX);
+	const char *lease = lb_must_acquire(h, "burst", 30000);
+	pid_t pid = lb_redis_pid(r);
+	static const int order[] = {0, 1, 2, 5, 6, 7, 8, 9};
+	json_t *ids[10], *c, *g;
+	char owner[16];
+
+	cr_assert_eq(kill(pid, SIGSTOP), 0);
+	for (int k = 0; k < 10; k++) {
+		snprintf(owner, sizeof(owner), "o%d", k);
+		ids[k] = acq_send(s, NULL, "burst", owner, -1, 0);
+	}
+	/* another session's held acquires go with it */
+	lb_client *t = lb_connect(b, LB_TCP);
+	for (int k = 0; k < 6; k++) {
+		snprintf(owner, sizeof(owner), "t%d", k);
+		(void)acq_send(t, NULL, "burst", owner, k % 2 ? 60000 : -1, 0);
+	}
+	lb_sleep_ms(100);
+	lb_close(t);
+	/* o4 is held in the broker: its cancel is answered with Redis frozen */
+	c = lb_call(s, "{s:s, s:O}", "op", "cancel", "target", ids[4]);
+	g = lb_read_msg(s, 500);
+	if (!g)
+		kill(pid, SIGCONT);
+	cr_assert_not_null(g, "the 5th acquire was not held: its cancel waited for Redis");
+	cr_assert(json_equal(json_object_get(g, "id"), ids[4]), "%s", lb_dump(g));
+	lb_expect_err(g, "cancelled");
+	cr_assert(lb_bool(c, "cancelled"), "%s", lb_dump(c));
+	/* o3 is on its way: its answer needs Redis */
+	c = lb_call(s, "{s:s, s:O}", "op", "cancel", "target", ids[3]);
+	g = lb_read_msg(s, 300);
+	cr_assert_eq(kill(pid, SIGCONT), 0);
+	cr_assert_null(g, "the 4th acquire was held, or answered with Redis frozen: %s", lb_dump(g));
+	lb_expect_err(lb_wait_response(s, ids[3], 3000), "cancelled");
+
+	/* the others queue in order; nothing of o3, o4 or t stays in Redis */
+	lb_wait_waiters(h, "burst", 8, 3000);
+	cr_assert_eq(lb_release(h, lease), 0);
+	for (size_t n = 0; n < sizeof(order) / sizeof(order[0]); n++) {
+		/* one holder at a time: a grant out of order would leave this one
+		 * waiting behind a lease nobody releases */
+		g = lb_wait_response(s, ids[order[n]], 3000);
+		expect_acquired(g, "burst", 1);
+		cr_assert_eq(lb_release(s, lb_str(g, "lease")), 0);
+	}
+	lb_expect_no_queue(r, h, "burst", 1000, true);
+	lb_end();
+}
+
+/* The acquires on their way fail (their connection is dropped after 2 s
+ * without an answer): the held ones, younger, must not overtake them on
+ * another connection. They are all sent again, in order. */
+LB_TEST(wait, held_acquires_keep_their_order_when_a_connection_fails, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, "--pool", "2", NULL);
+	lb_client *h = lb_connect(b, LB_TCP);
+	lb_client *s = lb_connect(b, LB_UNIX);
+	const char *lease = lb_must_acquire(h, "ord", 30000);
+	json_t *ids[8], *g;
+	char owner[16];
+
+	(void)lb_redis_cmd(r, "CLIENT PAUSE 2600 WRITE");
+	for (int k = 0; k < 8; k++) {
+		snprintf(owner, sizeof(owner), "o%d", k);
+		ids[k] = acq_send(s, NULL, "ord", owner, -1, 0);
+	}
+	lb_sleep_ms(3000);
+	lb_wait_waiters(h, "ord", 8, 5000);
+	cr_assert_eq(lb_release(h, lease), 0);
+	for (int k = 0; k < 8; k++) {
+		g = lb_wait_response(s, ids[k], 3000);
+		expect_acquired(g, "ord", 1);
+		cr_assert_eq(lb_release(s, lb_str(g, "lease")), 0);
+	}
+	lb_expect_no_queue(r, h, "ord", 1000, true);
+	lb_end();
+}
+
+/* Acquires that went out and failed with their connection may still be
+ * queued in Redis (the frozen server runs them when it resumes); sent again
+ * with the held ones behind them, one that ends is withdrawn at once
+ * rather than left until its heartbeat lapses (5 s). */
+LB_TEST(wait, a_failed_acquire_sent_again_is_withdrawn_when_it_ends, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, "--pool", "2", NULL);
+	lb_client *h = lb_connect(b, LB_TCP);
+	lb_client *s = lb_connect(b, LB_UNIX);
+	const char *lease = lb_must_acquire(h, "mq", 30000);
+	pid_t pid = lb_redis_pid(r);
+	json_t *ids[8];
+	char owner[16];
+
+	/* o0..o3 go out on one connection and fail when the broker drops it
+	 * (2 s), o4..o7 held behind them; at the 3 s heartbeat all are sent
+	 * again in order, o0..o3 first, still unanswered. */
+	cr_assert_eq(kill(pid, SIGSTOP), 0);
+	for (int k = 0; k < 8; k++) {
+		snprintf(owner, sizeof(owner), "o%d", k);
+		ids[k] = acq_send(s, NULL, "mq", owner, -1, 0);
+	}
+	lb_sleep_ms(3400);
+	(void)lb_send_req(s, "{s:s, s:O}", "op", "cancel", "target", ids[0]);
+	cr_assert_eq(kill(pid, SIGCONT), 0);
+	lb_expect_err(lb_wait_response(s, ids[0], 3000), "cancelled");
+	/* the frozen connection's scripts ran on resume: o0 queued there */
+	lb_wait_waiters(h, "mq", 7, 1500);
+	cr_assert_eq(lb_release(h, lease), 0);
+	for (int k = 1; k < 8; k++) {
+		json_t *g = lb_wait_response(s, ids[k], 3000);
+		expect_acquired(g, "mq", 1);
+		cr_assert_eq(lb_release(s, lb_str(g, "lease")), 0);
+	}
+	lb_expect_no_queue(r, h, "mq", 1000, true);
 	lb_end();
 }
 
