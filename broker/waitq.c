@@ -119,6 +119,7 @@ struct wlock {
 	unsigned acq_inflight; /* acquire scripts on their way */
 	waiter_t *held_head, *held_tail; /* held waiters, oldest first */
 	bool hb_again; /* woken while a heartbeat was on its way */
+	uint64_t refreshed_at; /* last heartbeat that listed the waiters, 0: none */
 };
 
 static struct {
@@ -872,10 +873,11 @@ static void send_heartbeat(wlock_t *wl, const char *const *ids, size_t n, uint64
 	wl->hb_inflight++;
 }
 
-/* Sends the acquires that could not be sent, then heartbeats for every
- * queued waiter of wl, HEARTBEAT_MAX_IDS per call (a waiter left out would
- * lose its place when its deadline passes); the safety net is armed again
- * either way. */
+/* Sends the acquires that could not be sent, then a heartbeat that grants
+ * whatever of wl fits and, when the last listing is a safety-net interval
+ * old, lists every queued waiter of wl, HEARTBEAT_MAX_IDS per call (a
+ * waiter left out would lose its place when its deadline passes); the
+ * safety net is armed again either way. */
 static void wlock_heartbeat(wlock_t *wl)
 {
 	const char *ids[HEARTBEAT_MAX_IDS];
@@ -912,7 +914,15 @@ static void wlock_heartbeat(wlock_t *wl)
 	/* A waiter whose acquire reply is still on its way is queued in Redis
 	 * already and may be what a wake-up is about: the script grants every
 	 * waiter of this broker that fits, listed or not, so a call goes out
-	 * even with no id to refresh. */
+	 * even with no id to refresh. The ids (deadlines refreshed, lost ones
+	 * found) go at most about once per safety-net interval, which is five
+	 * times within a deadline: a wake-up is on the way of a handoff, and
+	 * listing some 30 waiters made its script 2.5 times as long. */
+	if (wl->refreshed_at != 0 && now - wl->refreshed_at < LOCK_SAFETY_NET_MS) {
+		send_heartbeat(wl, NULL, 0, now);
+		return;
+	}
+	wl->refreshed_at = now;
 	for (waiter_t *w = wl->head; w; w = w->wl_next) {
 		if (!(w->state == W_QUEUED && !w->unsent && !w->held))
 			continue;

@@ -158,6 +158,47 @@ LB_TEST(fairness, every_cross_broker_wake_arrives, 60)
 	lb_end();
 }
 
+/* Wake-up heartbeats list the broker's waiters (refreshing their 5 s
+ * deadlines) only about once a second: a waiter that waits longer than a
+ * deadline through wake-ups 0.8 s apart, which keep the safety-net timer
+ * from ever firing, must keep its place. W (on B) queues behind 16 clients
+ * alternating between the brokers, each holding 0.4 s; X (on A) queues
+ * after W. Dropped at its deadline, W would be granted after X, or never. */
+#define NLONG 16
+LB_TEST(fairness, a_long_wait_through_frequent_wakes_keeps_its_place, 60)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *br[2] = {lb_broker_start(r, NULL), lb_broker_start(r, NULL)};
+	lb_client *h = lb_connect(br[0], LB_TCP);
+	lb_client *c[NLONG + 2];
+	json_t *ids[NLONG + 2];
+	const char *lease;
+	int64_t t0 = lb_now_ms();
+
+	for (int k = 0; k < NLONG + 2; k++)
+		c[k] = lb_connect(br[k < NLONG ? k % 2 : k == NLONG ? 1 : 0], LB_UNIX);
+	lease = lb_must_acquire(h, "long", 30000);
+	for (int k = 0; k < NLONG + 2; k++) {
+		ids[k] = acq_send(c[k], json_integer(k), "long", -1, -1);
+		lb_sleep_ms(20); /* arrivals in index order */
+	}
+	lb_wait_waiters(h, "long", NLONG + 2, 2000);
+	for (int k = 0; k < NLONG + 2; k++) {
+		json_t *m;
+
+		cr_assert_eq(lb_release(k == 0 ? h : c[k - 1], lease), 0);
+		m = lb_wait_response(c[k], ids[k], 3000);
+		lb_expect_ok(m);
+		lease = lb_str(m, "lease");
+		if (k < NLONG)
+			lb_sleep_ms(400);
+	}
+	cr_assert_gt(lb_now_ms() - t0, 6000, "W waited less than a deadline: the test proves nothing");
+	cr_assert_eq(lb_release(c[NLONG + 1], lease), 0);
+	lb_expect_free(h, "long");
+	lb_end();
+}
+
 /* ---- a waiter leaving the queue --------------------------------------------- */
 
 LB_TEST(fairness, waiters_leaving_the_head_do_not_block_the_rest, 30)
