@@ -77,11 +77,13 @@ static redisReply *call(lb_redis *r, const char *sha, const char *lock, const ch
 	return rep; /* the caller frees it */
 }
 
-/* acquire: exclusive, ttl_ms, wait; returns the reply's first integer. */
-static long long acquire(lb_redis *r, const char *sha, const char *lock, const char *broker,
-                         const char *id, const char *ttl, bool wait, redisReply **out)
+/* acquire of mode (limit 0, fair, bounded by max_queue); returns the
+ * reply's first integer. */
+static long long acquire_as(lb_redis *r, const char *sha, const char *lock, const char *broker,
+                            const char *id, const char *mode, const char *ttl, bool wait,
+                            const char *max_queue, redisReply **out)
 {
-	const char *args[] = {id, "x", "0", ttl, "", "", "0", wait ? "1" : "0", "1", "10000"};
+	const char *args[] = {id, mode, "0", ttl, "", "", "0", wait ? "1" : "0", "1", max_queue};
 	redisReply *rep = call(r, sha, lock, broker, 10, args);
 	long long v = rep->element[0]->integer;
 
@@ -90,6 +92,13 @@ static long long acquire(lb_redis *r, const char *sha, const char *lock, const c
 	else
 		freeReplyObject(rep);
 	return v;
+}
+
+/* acquire: exclusive, ttl_ms, wait. */
+static long long acquire(lb_redis *r, const char *sha, const char *lock, const char *broker,
+                         const char *id, const char *ttl, bool wait, redisReply **out)
+{
+	return acquire_as(r, sha, lock, broker, id, "x", ttl, wait, "10000", out);
 }
 
 static long long pttl(lb_redis *r, const char *key)
@@ -261,23 +270,14 @@ LB_TEST(scripts, a_wake_for_an_unknown_waiter_drops_the_orphan, 30)
 
 /* ---- a queue longer than the page the scripts read ----------------------- */
 
-/* A shared acquire of lock as broker by waiter number k (id from k). */
+/* A waiting shared acquire of lock as broker by waiter number k (id from k). */
 static long long acquire_shared(lb_redis *r, const char *sha, const char *lock, const char *broker,
                                 int k, const char *max_queue, redisReply **out)
 {
 	char id[33];
-	const char *args[] = {id, "s", "0", "30000", "", "", "0", "1", "1", max_queue};
-	redisReply *rep;
-	long long v;
 
 	snprintf(id, sizeof(id), "R%031d", k);
-	rep = call(r, sha, lock, broker, 10, args);
-	v = rep->element[0]->integer;
-	if (out)
-		*out = rep;
-	else
-		freeReplyObject(rep);
-	return v;
+	return acquire_as(r, sha, lock, broker, id, "s", "30000", true, max_queue, out);
 }
 
 static long long zcard(lb_redis *r, const char *key)

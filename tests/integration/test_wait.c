@@ -479,6 +479,32 @@ LB_TEST(wait, inspect_and_stats_count_waiters, 30)
 
 /* ---- a burst of acquires on one lock ----------------------------------------- */
 
+/* n blocking acquires of lock on c, owners PREFIX0, PREFIX1, ... */
+static void send_burst(lb_client *c, const char *lock, const char *prefix, json_t **ids, int n)
+{
+	char owner[16];
+
+	for (int k = 0; k < n; k++) {
+		snprintf(owner, sizeof(owner), "%s%d", prefix, k);
+		ids[k] = acq_send(c, NULL, lock, owner, -1, 0);
+	}
+}
+
+/* h releases lease; the acquires ids[order[0..n-1]] of s must then be
+ * granted in that order, each released at once. One holder at a time: a
+ * grant out of order would leave the next one waiting behind a lease
+ * nobody releases. */
+static void expect_grants_in_order(lb_client *h, const char *lease, lb_client *s,
+                                   const char *lock, json_t **ids, const int *order, size_t n)
+{
+	cr_assert_eq(lb_release(h, lease), 0);
+	for (size_t k = 0; k < n; k++) {
+		json_t *g = lb_wait_response(s, ids[order[k]], 3000);
+		expect_acquired(g, lock, 1);
+		cr_assert_eq(lb_release(s, lb_str(g, "lease")), 0);
+	}
+}
+
 /* A broker keeps at most 4 acquires of one lock on their way to Redis and
  * holds the others, in order: Redis runs everything a connection sent
  * before it answers anyone, so a long burst on one lock delayed other
@@ -499,10 +525,7 @@ LB_TEST(wait, a_burst_on_one_lock_is_sent_a_few_at_a_time, 30)
 	char owner[16];
 
 	cr_assert_eq(kill(pid, SIGSTOP), 0);
-	for (int k = 0; k < 10; k++) {
-		snprintf(owner, sizeof(owner), "o%d", k);
-		ids[k] = acq_send(s, NULL, "burst", owner, -1, 0);
-	}
+	send_burst(s, "burst", "o", ids, 10);
 	/* another session's held acquires go with it */
 	lb_client *t = lb_connect(b, LB_TCP);
 	for (int k = 0; k < 6; k++) {
@@ -529,14 +552,7 @@ LB_TEST(wait, a_burst_on_one_lock_is_sent_a_few_at_a_time, 30)
 
 	/* the others queue in order; nothing of o3, o4 or t stays in Redis */
 	lb_wait_waiters(h, "burst", 8, 3000);
-	cr_assert_eq(lb_release(h, lease), 0);
-	for (size_t n = 0; n < sizeof(order) / sizeof(order[0]); n++) {
-		/* one holder at a time: a grant out of order would leave this one
-		 * waiting behind a lease nobody releases */
-		g = lb_wait_response(s, ids[order[n]], 3000);
-		expect_acquired(g, "burst", 1);
-		cr_assert_eq(lb_release(s, lb_str(g, "lease")), 0);
-	}
+	expect_grants_in_order(h, lease, s, "burst", ids, order, sizeof(order) / sizeof(order[0]));
 	lb_expect_no_queue(r, h, "burst", 1000, true);
 	lb_end();
 }
@@ -551,22 +567,14 @@ LB_TEST(wait, held_acquires_keep_their_order_when_a_connection_fails, 30)
 	lb_client *h = lb_connect(b, LB_TCP);
 	lb_client *s = lb_connect(b, LB_UNIX);
 	const char *lease = lb_must_acquire(h, "ord", 30000);
-	json_t *ids[8], *g;
-	char owner[16];
+	static const int order[] = {0, 1, 2, 3, 4, 5, 6, 7};
+	json_t *ids[8];
 
 	(void)lb_redis_cmd(r, "CLIENT PAUSE 2600 WRITE");
-	for (int k = 0; k < 8; k++) {
-		snprintf(owner, sizeof(owner), "o%d", k);
-		ids[k] = acq_send(s, NULL, "ord", owner, -1, 0);
-	}
+	send_burst(s, "ord", "o", ids, 8);
 	lb_sleep_ms(3000);
 	lb_wait_waiters(h, "ord", 8, 5000);
-	cr_assert_eq(lb_release(h, lease), 0);
-	for (int k = 0; k < 8; k++) {
-		g = lb_wait_response(s, ids[k], 3000);
-		expect_acquired(g, "ord", 1);
-		cr_assert_eq(lb_release(s, lb_str(g, "lease")), 0);
-	}
+	expect_grants_in_order(h, lease, s, "ord", ids, order, 8);
 	lb_expect_no_queue(r, h, "ord", 1000, true);
 	lb_end();
 }
@@ -583,29 +591,21 @@ LB_TEST(wait, a_failed_acquire_sent_again_is_withdrawn_when_it_ends, 30)
 	lb_client *s = lb_connect(b, LB_UNIX);
 	const char *lease = lb_must_acquire(h, "mq", 30000);
 	pid_t pid = lb_redis_pid(r);
+	static const int order[] = {1, 2, 3, 4, 5, 6, 7};
 	json_t *ids[8];
-	char owner[16];
 
 	/* o0..o3 go out on one connection and fail when the broker drops it
 	 * (2 s), o4..o7 held behind them; at the 3 s heartbeat all are sent
 	 * again in order, o0..o3 first, still unanswered. */
 	cr_assert_eq(kill(pid, SIGSTOP), 0);
-	for (int k = 0; k < 8; k++) {
-		snprintf(owner, sizeof(owner), "o%d", k);
-		ids[k] = acq_send(s, NULL, "mq", owner, -1, 0);
-	}
+	send_burst(s, "mq", "o", ids, 8);
 	lb_sleep_ms(3400);
 	(void)lb_send_req(s, "{s:s, s:O}", "op", "cancel", "target", ids[0]);
 	cr_assert_eq(kill(pid, SIGCONT), 0);
 	lb_expect_err(lb_wait_response(s, ids[0], 3000), "cancelled");
 	/* the frozen connection's scripts ran on resume: o0 queued there */
 	lb_wait_waiters(h, "mq", 7, 1500);
-	cr_assert_eq(lb_release(h, lease), 0);
-	for (int k = 1; k < 8; k++) {
-		json_t *g = lb_wait_response(s, ids[k], 3000);
-		expect_acquired(g, "mq", 1);
-		cr_assert_eq(lb_release(s, lb_str(g, "lease")), 0);
-	}
+	expect_grants_in_order(h, lease, s, "mq", ids, order, 7);
 	lb_expect_no_queue(r, h, "mq", 1000, true);
 	lb_end();
 }
