@@ -97,6 +97,7 @@ static struct {
 	const char *prefix;
 	double fifo_tol_ms;
 	int connect_par;
+	int ping; /* uncontended: two pings per cycle instead of acquire + release */
 } O = {
 	.label = "bench", .conns = 1, .depth = 1, .seconds = 3, .warmup = 0.5, .reps = 1,
 	.hold_ms = 1, .mode = "exclusive", .xfrac = 0.25, .limit = 4, .fair = 1, .leases = 10,
@@ -890,6 +891,16 @@ static void raw_on_rel(redisAsyncContext *ac, void *reply, void *priv)
 	                      r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 0);
 }
 
+/* --ping: the cycle's two requests as pings, which the broker answers
+ * without Redis: the floor of a broker round trip in this shape. */
+static void cy_send_ping(slot_t *sl, int kind)
+{
+	char buf[64];
+	int n = snprintf(buf, sizeof(buf), "{\"id\":%" PRIu64 ",\"op\":\"ping\"}\n",
+	                 next_id(sl->c, sl->idx, kind));
+	conn_write(sl->c, buf, (size_t)n);
+}
+
 static void cy_send_acquire(slot_t *sl)
 {
 	sl->state = 1;
@@ -899,6 +910,8 @@ static void cy_send_acquire(slot_t *sl)
 		size_t lens[32];
 		int n = raw_acq_argv(sl, argv, lens);
 		redisAsyncCommandArgv(sl->ac, raw_on_acq, sl, n, argv, lens);
+	} else if (O.ping) {
+		cy_send_ping(sl, K_ACQ);
 	} else {
 		char buf[512];
 		int n = snprintf(buf, sizeof(buf), "{\"id\":%" PRIu64 ",\"op\":\"acquire\",\"lock\":\"%s\",\"wait_ms\":0}\n",
@@ -915,6 +928,8 @@ static void cy_send_release(slot_t *sl)
 		size_t lens[32];
 		int n = raw_rel_argv(sl, argv, lens);
 		redisAsyncCommandArgv(sl->ac, raw_on_rel, sl, n, argv, lens);
+	} else if (O.ping) {
+		cy_send_ping(sl, K_REL);
 	} else {
 		char buf[512];
 		int n = snprintf(buf, sizeof(buf), "{\"id\":%" PRIu64 ",\"op\":\"release\",\"lease\":\"%s\"}\n",
@@ -966,9 +981,11 @@ static void un_reply(conn_t *c, int kind, int slot, bool ok, json_t *o)
 		return;
 	sl = &c->slots[slot];
 	if (kind == K_ACQ) {
-		json_t *l = json_object_get(o, "lease");
-		bool got = ok && json_is_string(l);
-		cy_acquired(sl, got, got ? json_string_value(l) : "", got ? json_string_length(l) : 0);
+		json_t *l = O.ping ? NULL : json_object_get(o, "lease");
+		bool got = ok && (O.ping || json_is_string(l));
+		bool lease = got && l;
+
+		cy_acquired(sl, got, lease ? json_string_value(l) : "", lease ? json_string_length(l) : 0);
 	} else if (kind == K_REL) {
 		cy_released(sl, ok);
 	}
@@ -1773,6 +1790,7 @@ static void usage(void)
 	        "  -c N              connections / clients       -d S  window seconds\n"
 	        "  --reps N          windows (median printed)    --warmup S\n"
 	        "  --depth N         locks in flight per connection (uncontended, rawlua)\n"
+	        "  --ping            uncontended: two pings per cycle (no Redis: the broker floor)\n"
 	        "  --hold-ms X       contended: hold time (0: hot loop)\n"
 	        "  --mode M          contended: exclusive | rw | sem\n"
 	        "  --xfrac F         rw: fraction of exclusive clients (0.25)\n"
@@ -1825,6 +1843,8 @@ int main(int argc, char **argv)
 			O.limit = atoi(v);
 		else if (!strcmp(a, "--unfair"))
 			O.fair = 0;
+		else if (!strcmp(a, "--ping"))
+			O.ping = 1;
 		else if (ARG("--leases"))
 			O.leases = atoi(v);
 		else if (ARG("--ttl-ms"))

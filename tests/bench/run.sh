@@ -246,6 +246,13 @@ for c in 1 16 64 256; do
 	runb "$LB" uncontended -e "$EA" $COMMON $PIDS -c $c --label uncontended.c$c
 done
 
+# The same shape with two pings per cycle instead of acquire + release: what a
+# broker round trip costs with no Redis behind it. No grant path that goes
+# through this broker, even one that never asked Redis, is faster than this.
+section "pingfloor: 64 connections to broker A, ping + ping (no Redis)"
+# shellcheck disable=SC2086
+runb "$LB" uncontended --ping -e "$EA" $COMMON $PIDS -c 64 --label pingfloor.c64
+
 # ---- contended: convoy, hot loop, rw, semaphore over two brokers ---------------
 for m in exclusive rw sem; do
 	for shape in convoy hot; do
@@ -305,6 +312,16 @@ for c in 8 64; do
 	emit "ratio.convoy_c${c}_longest_wait_vs_clients_x_hold: $(ratio "$(val convoy.c$c.wait_max_ms)" "$(val convoy.c$c.clients_x_hold_ms)") x"
 done
 
+# And the bound of the whole machine: the cycles/s uncontended@64 would reach
+# if both cores ran at 100 % at the CPU each cycle cost in it (both brokers,
+# Redis and lbbench, which share the 2 cores).
+cpusum=$(awk -v a="$(val uncontended.c64.cpu_brokerA)" -v b="$(val uncontended.c64.cpu_brokerB)" \
+	-v r="$(val uncontended.c64.cpu_redis)" -v l="$(val uncontended.c64.cpu_lbbench)" 'BEGIN { print a + b + r + l }')
+cores=$(awk -v u="$un64" -v c="$cpusum" -v n="$(nproc)" 'BEGIN {
+	if (u == "" || c + 0 <= 0) print "n/a"; else printf "%.0f\n", u * n * 100 / c }')
+emit "bound.uncontended_c64_cpu_sum: $cpusum %"
+emit "bound.uncontended_c64_all_cores_busy: $cores cycles/s"
+
 row() { # what, lockbroker, peer, ratio, target, verdict
 	printf '| %-46s | %-14s | %-22s | %-7s | %-9s | %-5s |\n' "$1" "$2" "$3" "$4" "$5" "$6"
 }
@@ -334,6 +351,9 @@ row "3 x redis-py best vs the raw Lua ceiling" "$py3" "$rbc (raw Lua)" "$(ratio 
 cap=$(awk -v u="$un64" -v c="$(val uncontended.c64.cpu_redis)" 'BEGIN {
 	if (u == "" || c == "" || c + 0 <= 0) print "n/a"; else printf "%.0f\n", u * 100 / c }')
 row "3 x redis-py best vs Redis-bound @64 ceiling" "$py3" "$cap (Redis 100 %)" "$(ratio "$py3" "$cap")" "(info)" "-"
+row "3 x redis-py best vs all-cores-busy @64 bound" "$py3" "$cores ($(nproc) cores 100 %)" "$(ratio "$py3" "$cores")" "(info)" "-"
+pf=$(val pingfloor.c64.cycles_per_s)
+row "3 x redis-py best vs the no-Redis floor @64" "$py3" "$pf (ping + ping)" "$(ratio "$py3" "$pf")" "(info)" "-"
 for c in 8 64; do
 	p50=$(us2ms "$(val convoy.c$c.handoff_p50_us)")
 	p99=$(us2ms "$(val convoy.c$c.handoff_p99_us)")
