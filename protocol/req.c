@@ -16,10 +16,13 @@
  *   read as reals; its top-level reals that are integral and in that range
  *   are turned back into integers, every other real stays a real, which no
  *   integer field accepts.
+ * - A line is loaded by protocol/flatjson.c when it is a flat object of
+ *   plain values, else by jansson; both give the same document.
  * - No message ever quotes raw input: names are cut to 64 bytes and every
  *   byte outside printable ASCII becomes '?'.
  */
 #include "protocol/req.h"
+#include "protocol/flatjson.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -386,7 +389,10 @@ int req_parse(const char *line, size_t len, req_t *req, req_error_t *err)
 	int i;
 
 	memset(req, 0, sizeof(*req));
-	root = json_loadb(line, len, LOAD_FLAGS, &jerr);
+	/* Flat lines (nearly all) without jansson's lexer; it decides the rest. */
+	root = flatjson_load(line, len);
+	if (root == NULL)
+		root = json_loadb(line, len, LOAD_FLAGS, &jerr);
 	if (root == NULL && json_error_code(&jerr) == json_error_numeric_overflow) {
 		root = json_loadb(line, len, LOAD_FLAGS | JSON_DECODE_INT_AS_REAL,
 				  &jerr);
