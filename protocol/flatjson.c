@@ -24,6 +24,11 @@
 
 #define INT_MAX_DIGITS 18
 
+/* json_object_getn and json_object_setn_new_nocheck came with 2.14. */
+#if JANSSON_VERSION_HEX < 0x020e00
+#error "protocol/flatjson.c needs jansson 2.14 or later"
+#endif
+
 typedef struct cursor {
 	const char *p, *end;
 } cursor_t;
@@ -126,9 +131,13 @@ static json_t *scan_value(cursor_t *c)
 
 json_t *flatjson_load(const char *s, size_t len)
 {
-	cursor_t c = {s, s + len};
+	cursor_t c;
 	json_t *obj;
 
+	if (s == NULL || len == 0)
+		return NULL;
+	c.p = s;
+	c.end = s + len;
 	skip_ws(&c);
 	if (!at(&c, '{'))
 		return NULL;

@@ -5,8 +5,9 @@
  * flatjson_load() takes one object whose keys and string values are printable
  * ASCII without escapes and whose values are such strings, integers of at
  * most 18 digits, true, false or null. For such a line it returns what
- * json_loadb(JSON_REJECT_DUPLICATES) returns: the same keys in the same
- * order, the same values and types. For any other line it returns NULL and
+ * json_loadb with req.c's flags (JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL |
+ * JSON_DECODE_ANY) returns: the same keys in the same order, the same values
+ * and types. For any other line it returns NULL and
  * decides nothing: the caller loads the line with jansson, whose rules then
  * accept or reject it. The caller owns the object it returns.
  */

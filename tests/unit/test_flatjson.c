@@ -25,7 +25,9 @@ static bool same_doc(json_t *a, json_t *b)
 	     ia = json_object_iter_next(a, ia), ib = json_object_iter_next(b, ib)) {
 		json_t *va = json_object_iter_value(ia), *vb = json_object_iter_value(ib);
 
-		if (strcmp(json_object_iter_key(ia), json_object_iter_key(ib)) != 0 ||
+		size_t la = json_object_iter_key_len(ia), lb = json_object_iter_key_len(ib);
+
+		if (la != lb || memcmp(json_object_iter_key(ia), json_object_iter_key(ib), la) != 0 ||
 		    json_typeof(va) != json_typeof(vb) || !json_equal(va, vb))
 			return false;
 	}
@@ -133,6 +135,8 @@ Test(flatjson, a_nul_byte_is_left_to_jansson)
 
 	cr_assert_null(flatjson_load(line, sizeof(line) - 1));
 	cr_assert_null(flatjson_load("{\"op\":\"a\"}\0", 11));
+	cr_assert_null(flatjson_load(NULL, 0));
+	cr_assert_null(flatjson_load("{}", 0));
 }
 
 /* Random lines from JSON tokens: mostly flat objects, with mutations
