@@ -981,9 +981,9 @@ static void un_reply(conn_t *c, int kind, int slot, bool ok, json_t *o)
 		return;
 	sl = &c->slots[slot];
 	if (kind == K_ACQ) {
-		json_t *l = O.ping ? NULL : json_object_get(o, "lease");
+		json_t *l = json_object_get(o, "lease"); /* none in a ping's answer */
 		bool got = ok && (O.ping || json_is_string(l));
-		bool lease = got && l;
+		bool lease = got && json_is_string(l);
 
 		cy_acquired(sl, got, lease ? json_string_value(l) : "", lease ? json_string_length(l) : 0);
 	} else if (kind == K_REL) {
