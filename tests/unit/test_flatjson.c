@@ -24,7 +24,6 @@ static bool same_doc(json_t *a, json_t *b)
 	for (; ia != NULL && ib != NULL;
 	     ia = json_object_iter_next(a, ia), ib = json_object_iter_next(b, ib)) {
 		json_t *va = json_object_iter_value(ia), *vb = json_object_iter_value(ib);
-
 		size_t la = json_object_iter_key_len(ia), lb = json_object_iter_key_len(ib);
 
 		if (la != lb || memcmp(json_object_iter_key(ia), json_object_iter_key(ib), la) != 0 ||
