@@ -223,7 +223,10 @@ int broker_start(uv_loop_t *loop, lb_config_t *cfg, int argc, char **argv)
 		rpool_inbox_t inbox = {channel, waitq_on_message, waitq_on_subscribed};
 		/* The same name lua/lib/prelude.lua publishes wake-ups to. */
 		snprintf(channel, sizeof(channel), "%sinbox:%s", cfg->prefix, server.id);
-		rpool_init(loop, &cfg->redis, cfg->pool, on_redis_up, &inbox);
+		rpool_callbacks_t cb = {on_redis_up, NULL};
+		char name[64];
+		snprintf(name, sizeof(name), "lockbroker-%s", server.id);
+		rpool_init(loop, &cfg->redis, cfg->pool, name, &cb, &inbox);
 	}
 	LOG(LOG_INFO, "msg=\"started\" version=%s broker=%s pool=%d", LOCKBROKER_VERSION, server.id,
 	    cfg->pool);

@@ -52,8 +52,8 @@ static bool holder_match(const htab_node_t *n, const void *key)
 
 lease_t *lease_new(struct session *s, const char *token, const char *lock, size_t lock_len,
                    const char *owner, size_t owner_len, lb_mode_t mode, int64_t fence,
-                   int64_t ttl_ms, int64_t ttl_granted, bool watchdog,
-                   int64_t max_hold_ms, uint64_t sent_at)
+                   int64_t ttl_ms, int64_t ttl_granted, int64_t hold_ms, bool watchdog,
+                   uint64_t sent_at)
 {
 	lease_t *l = xcalloc(1, sizeof(*l));
 	holder_key_t k;
@@ -87,11 +87,7 @@ lease_t *lease_new(struct session *s, const char *token, const char *lock, size_
 	s->nleases++;
 	server.nleases++;
 
-	if (max_hold_ms > 0) {
-		l->max_hold_at = sent_at + (uint64_t)max_hold_ms;
-		timer_at(&l->max_hold, l->max_hold_at);
-	}
-	lease_confirmed(l, sent_at, ttl_granted);
+	lease_confirmed(l, sent_at, ttl_granted, hold_ms);
 	return l;
 }
 
@@ -134,17 +130,32 @@ lease_t *lease_find_held(const struct session *s, const char *lock, size_t lock_
 	return n ? (lease_t *)((char *)n - offsetof(lease_t, by_holder)) : NULL;
 }
 
-void lease_confirmed(lease_t *l, uint64_t sent_at, int64_t ms_left)
+void lease_confirmed(lease_t *l, uint64_t sent_at, int64_t ms_left, int64_t hold_ms)
 {
-	if (sent_at < l->confirmed_at)
+	uint64_t ends = sent_at + (uint64_t)(ms_left > 0 ? ms_left : 0);
+
+	if (hold_ms > 0 && sent_at + (uint64_t)hold_ms > l->max_hold_at) {
+		/* The latest send time gives the closest bound below Redis's
+		 * deadline; every such bound is safe. */
+		l->max_hold_at = sent_at + (uint64_t)hold_ms;
+		timer_at(&l->max_hold, l->max_hold_at);
+	}
+	if (sent_at < l->confirmed_at) {
+		/* Sent before the newest one applied, answered after it (another
+		 * connection): Redis may have run it last, so it may only bring
+		 * the end closer. */
+		if (ends < l->expires_at) {
+			l->expires_at = ends;
+			watchdog_schedule(l, sent_at);
+		}
 		return;
+	}
 	l->confirmed_at = sent_at;
-	l->expires_at = sent_at + (uint64_t)(ms_left > 0 ? ms_left : 0);
-	/* Redis capped the lifetime at the max-hold deadline: the lease ends by
-	 * max_hold. max_hold_at (acquire sent + max_hold_ms) is no later than
-	 * Redis's deadline either, so it is as safe a bound as expires_at, and
-	 * the two must not race to report different reasons. */
-	if (l->max_hold_at && ms_left < l->ttl_ms && l->expires_at < l->max_hold_at)
+	l->expires_at = ends;
+	/* Redis capped the lifetime at the max-hold deadline (it says so: the
+	 * lifetime reaches the hold left): the lease ends by max_hold, at the
+	 * same moment, so the two timers cannot report different reasons. */
+	if (hold_ms > 0 && ms_left >= hold_ms)
 		l->expires_at = l->max_hold_at;
 	watchdog_schedule(l, sent_at);
 }

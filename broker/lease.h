@@ -53,27 +53,31 @@ typedef struct lease {
 
 	uint64_t expires_at;
 	uint64_t confirmed_at; /* send time of the newest confirmation applied */
-	uint64_t max_hold_at; /* local time the max-hold ends it; 0 = none */
+	/* Local time by which the max hold has ended it in Redis (0: none): a
+	 * send time plus the hold Redis reported left, so never later than
+	 * Redis's own deadline. */
+	uint64_t max_hold_at;
 	timer_ent_t tick;
 	timer_ent_t max_hold;
 } lease_t;
 
-/* Creates a lease held by s, granted by Redis with ttl_granted when the
- * acquire was sent at sent_at; starts its timers. Takes no ownership of the
- * strings (copies them). */
+/* Creates a lease held by s, granted by Redis with ttl_granted and hold_ms
+ * of max hold left (0: none) by a script sent at sent_at; starts its
+ * timers. Takes no ownership of the strings (copies them). */
 lease_t *lease_new(struct session *s, const char *token, const char *lock, size_t lock_len,
                    const char *owner, size_t owner_len, lb_mode_t mode, int64_t fence,
-                   int64_t ttl_ms, int64_t ttl_granted, bool watchdog,
-                   int64_t max_hold_ms, uint64_t sent_at);
+                   int64_t ttl_ms, int64_t ttl_granted, int64_t hold_ms, bool watchdog,
+                   uint64_t sent_at);
 
 lease_t *lease_find(const char *token, size_t len);
 lease_t *lease_find_held(const struct session *s, const char *lock, size_t lock_len,
                          const char *owner, size_t owner_len);
 
-/* Redis confirmed ms_left of lifetime for a command sent at sent_at. A
- * confirmation older than one already applied is ignored: replies of two
- * connections may arrive out of order, and the older one says less. */
-void lease_confirmed(lease_t *l, uint64_t sent_at, int64_t ms_left);
+/* Redis confirmed ms_left of lifetime, and hold_ms of max hold left (0:
+ * none), for a command sent at sent_at. A confirmation older than one
+ * already applied can only shorten the lease: replies of two connections
+ * may arrive out of order, and either may be the one Redis ran last. */
+void lease_confirmed(lease_t *l, uint64_t sent_at, int64_t ms_left, int64_t hold_ms);
 
 /* Reports the lease lost to its session ("expired", "gone",
  * "redis_unavailable", "max_hold"), releases it in Redis unless it is gone

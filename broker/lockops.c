@@ -135,7 +135,7 @@ static int eval_index(const char *token, const char *op, const char *arg1, const
 		argvlen[n++] = strlen(arg2);
 	}
 	return rpool_eval(rpool_route(token, LEASE_TOKEN_LEN), SCRIPT_LEASE_INDEX, 1, n, argv, argvlen,
-	                  fn, priv);
+	                  fn, priv, 0);
 }
 
 int lockops_index_set(const char *token, const char *lock, size_t lock_len, const char *ms,
@@ -333,13 +333,14 @@ static void release_step(op_ctx_t *c)
 static void on_extend_reply(const redisReply *r, void *priv)
 {
 	op_ctx_t *c = priv;
-	int64_t ms;
+	int64_t ms, hold = 0;
 	lease_t *l;
 
 	if (!lease_reply_or_answer(c, r, "extend", &ms, &l))
 		return;
+	reply_int(r, 1, &hold);
 	if (l)
-		lease_confirmed(l, c->sent_at, ms);
+		lease_confirmed(l, c->sent_at, ms, hold);
 	session_send_extended(c->s, c->id, ms);
 	ctx_done(c);
 }

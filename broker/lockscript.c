@@ -52,6 +52,7 @@ void lockscript_begin(lockscript_t *ls, const char *lock, size_t lock_len, int n
 	ls->argv = ls->argv_inline;
 	ls->len = ls->len_inline;
 	ls->nints = 0;
+	ls->retry_until = 0;
 	for (int k = 0; k < nkeys; k++) {
 		char *start = p;
 		memcpy(p, prefix, plen);
@@ -107,7 +108,7 @@ void lockscript_int(lockscript_t *ls, int64_t v)
 int lockscript_send(lockscript_t *ls, script_id_t script, rpool_fn fn, void *priv)
 {
 	int rc = rpool_eval(rpool_route(ls->lock, ls->lock_len), script, ls->nkeys, ls->argc,
-	                    ls->argv, ls->len, fn, priv);
+	                    ls->argv, ls->len, fn, priv, ls->retry_until);
 
 	if (ls->argv != ls->argv_inline) {
 		free(ls->argv);

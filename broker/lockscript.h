@@ -22,6 +22,10 @@
 /* Waiters stop heartbeating when their broker dies; Redis drops them this
  * long after the last heartbeat. The safety net heartbeats every second. */
 #define LOCK_HEARTBEAT_MS 5000
+/* A grant in a script's reply: {id, fence, ttl_ms, hold_ms}, hold_ms the ms
+ * left of the max hold on the Redis clock (0: none). GRANT_WIDTH in
+ * lua/lib/prelude.lua. */
+#define LOCK_GRANT_WIDTH 4
 #define LOCK_SAFETY_NET_MS 1000
 
 typedef struct lockscript {
@@ -36,6 +40,7 @@ typedef struct lockscript {
 	char keys[LOCK_NKEYS * (64 + 512 + 9)];
 	char ints[16][24]; /* storage of lockscript_int */
 	int nints;
+	uint64_t retry_until; /* rpool_eval's; 0 unless lockscript_retry_until */
 } lockscript_t;
 
 /* Starts a call with the lock's first nkeys keys and, when context, the
@@ -44,8 +49,11 @@ void lockscript_begin(lockscript_t *ls, const char *lock, size_t lock_len, int n
 void lockscript_arg(lockscript_t *ls, const char *s, size_t len);
 void lockscript_str(lockscript_t *ls, const char *s);
 void lockscript_int(lockscript_t *ls, int64_t v);
-/* Sends it (rpool_eval semantics: 0, or -1 when no connection is ready and
- * fn will not run) and frees what the builder allocated. */
+/* The call is idempotent: resent after a lost reply until t (rpool_eval's
+ * retry_until). */
+static inline void lockscript_retry_until(lockscript_t *ls, uint64_t t) { ls->retry_until = t; }
+/* Sends it (rpool_eval semantics: 0, or -1 when it was not accepted and fn
+ * will not run) and frees what the builder allocated. */
 int lockscript_send(lockscript_t *ls, script_id_t script, rpool_fn fn, void *priv);
 
 #endif

@@ -27,6 +27,8 @@ typedef struct redis_uv {
 	int events;    /* what the poll watches */
 	bool flushing; /* inside on_flush: a write request means the socket is full */
 	int open;      /* handles not yet closed */
+	void (*on_freed)(void *priv);
+	void *priv;
 } redis_uv_t;
 
 static void on_poll(uv_poll_t *h, int status, int events)
@@ -115,9 +117,12 @@ static void cleanup(void *priv)
 	p->ac = NULL;
 	uv_close((uv_handle_t *)&p->poll, on_closed);
 	uv_close((uv_handle_t *)&p->flush, on_closed);
+	if (p->on_freed)
+		p->on_freed(p->priv);
 }
 
-int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop)
+int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop, void (*on_freed)(void *priv),
+                    void *priv)
 {
 	redis_uv_t *p;
 
@@ -131,6 +136,8 @@ int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop)
 	uv_idle_init(loop, &p->flush);
 	p->open = 2;
 	p->ac = ac;
+	p->on_freed = on_freed;
+	p->priv = priv;
 	p->poll.data = p;
 	p->flush.data = p;
 	ac->ev.addRead = add_read;

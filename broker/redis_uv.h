@@ -14,7 +14,12 @@
 #include <hiredis/async.h>
 #include <uv.h>
 
-/* Returns REDIS_OK or REDIS_ERR (the context is then still the caller's). */
-int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop);
+/* Returns REDIS_OK or REDIS_ERR (the context is then still the caller's).
+ * on_freed(priv) runs when hiredis frees the context, whatever the cause
+ * (a failed connect, a disconnect, redisAsyncFree), after the pending
+ * callbacks ran: hiredis 0.14 runs no disconnect callback for a context
+ * that never connected, so this is the one sure sign that it is gone. */
+int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop, void (*on_freed)(void *priv),
+                    void *priv);
 
 #endif

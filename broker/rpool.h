@@ -5,14 +5,17 @@
  * command goes to the connection its route (a hash of the lock name) picks,
  * so operations on one lock stay in order; when that connection is down the
  * next ready one serves. Scripts are loaded with SCRIPT LOAD on every
- * (re)connect and called with EVALSHA; a NOSCRIPT reply loads the script
- * again and retries once. Lost connections come back with capped
- * exponential backoff and jitter.
+ * (re)connect and called with EVALSHA; after a NOSCRIPT reply the
+ * connection loads every script again and sends the command once more,
+ * without letting a later command of its pipeline pass it. Lost
+ * connections come back with capped exponential backoff and jitter; host
+ * names are resolved off the loop.
  *
  * Callbacks: fn(reply, priv) runs exactly once per accepted command. reply
- * is NULL when the command failed without an answer (connection lost, pool
- * closing); an error reply is passed through (rpool_reply_failed says so).
- * The reply is only valid during the callback.
+ * is NULL when the command failed without an answer (connection lost and
+ * not to be resent, pool closing); an error reply is passed through
+ * (rpool_reply_failed says so). The reply is only valid during the
+ * callback.
  */
 #ifndef LB_BROKER_RPOOL_H
 #define LB_BROKER_RPOOL_H
@@ -38,11 +41,20 @@ typedef struct rpool_inbox {
 	void (*on_subscribed)(void);
 } rpool_inbox_t;
 
+typedef struct rpool_callbacks {
+	/* The pool went from no ready command connection to one. */
+	void (*on_up)(void);
+	/* Redis may have lost data: a connection found another run_id than
+	 * the one seen before (a restart, a failover). */
+	void (*on_data_loss)(const char *why);
+} rpool_callbacks_t;
+
 /* Starts connecting n command connections to addr (which must outlive the
- * pool), plus the inbox connection when inbox is not NULL; on_up runs each
- * time the pool goes from no ready command connection to one. */
-void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, void (*on_up)(void),
-                const rpool_inbox_t *inbox);
+ * pool), plus the inbox connection when inbox is not NULL. Each connection
+ * names itself in Redis (CLIENT SETNAME) name ":" its index, or name
+ * ":inbox", so CLIENT LIST shows whose it is. */
+void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, const char *name,
+                const rpool_callbacks_t *cb, const rpool_inbox_t *inbox);
 /* Frees what the pool keeps after it closed (at exit). */
 void rpool_free(void);
 /* Disconnects every connection; pending callbacks still run (with their
@@ -56,12 +68,18 @@ size_t rpool_pending(void);
 /*
  * EVALSHA of a script with nkeys keys followed by the other arguments
  * (argv[0..nkeys-1] are keys). The arguments are copied. Returns 0 when the
- * command was queued (fn will run), or -1 when no connection is ready (fn
- * will not run).
+ * command was accepted (fn will run), or -1 when it was not (fn will not
+ * run): no connection is ready and retry_until is not in the future.
+ *
+ * retry_until (uv_now ms; 0 for none): the command is idempotent. While
+ * that time has not come, a reply lost with its connection (whether the
+ * command ran is unknown) makes it go out again on a connection that is
+ * ready, or as soon as one is; fn sees NULL only after that time. Such a
+ * command is also accepted while no connection is ready.
  */
 int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
                const char *const *argv, const size_t *argvlen,
-               rpool_fn fn, void *priv);
+               rpool_fn fn, void *priv, uint64_t retry_until);
 
 /* NULL or an error reply. */
 static inline bool rpool_reply_failed(const redisReply *r)

@@ -407,7 +407,8 @@ static void finish_failed(waiter_t *w)
 
 /* w is granted the lock: a lease for its session, the answer, and every
  * acquire chained behind it re-enters that lease. */
-static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, uint64_t sent_at)
+static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t hold_ms,
+                     uint64_t sent_at)
 {
 	session_t *s = w->s;
 	lease_t *l = NULL;
@@ -432,7 +433,7 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, uint64_t s
 	}
 	if (!w->detach)
 		l = lease_new(s, w->id, w->wl->name, w->wl->len, w->owner, w->owner_len, w->mode, fence,
-		              w->ttl_ms, ttl_granted, w->watchdog, w->max_hold_ms, sent_at);
+		              w->ttl_ms, ttl_granted, hold_ms, w->watchdog, sent_at);
 	LOG(LOG_DEBUG, "msg=\"acquired\" session=%s lease=%s fence=%" PRId64 "%s", s->name,
 	    log_token(w->id, tb), fence, w->detach ? " detached=1" : "");
 	metrics_acquire(LB_OK, timers_now() - w->created_at);
@@ -565,7 +566,7 @@ static void on_deadline(timer_ent_t *t)
 static void on_acquire_reply(const redisReply *r, void *priv)
 {
 	waiter_t *w = priv;
-	int64_t status, a = 0, b = 0;
+	int64_t status, a = 0, b = 0, hold = 0;
 
 	session_op_end(w->s); /* the waiter's own reference keeps s alive */
 	REQUIRE(w->wl->acq_inflight > 0);
@@ -582,7 +583,8 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 		if (!rpool_reply_failed(r) && r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
 		    r->element[0]->type == REDIS_REPLY_INTEGER) {
 			status = r->element[0]->integer;
-			waitq_take_grants(w->wl->name, w->wl->len, r, status == 1 ? 3 : 2, w->sent_at);
+			waitq_take_grants(w->wl->name, w->wl->len, r, status == 1 ? LOCK_GRANT_WIDTH : 2,
+			                  w->sent_at);
 			if (status == 1 && !lease_find(w->id, LEASE_TOKEN_LEN))
 				lease_release_in_redis(w->wl->name, w->wl->len, w->id);
 		}
@@ -612,13 +614,16 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 	}
 	status = r->element[0]->integer;
 	a = r->element[1]->integer;
-	if (status == 1 && r->elements >= 3 && r->element[2]->type == REDIS_REPLY_INTEGER)
+	if (status == 1 && r->elements >= LOCK_GRANT_WIDTH &&
+	    r->element[2]->type == REDIS_REPLY_INTEGER && r->element[3]->type == REDIS_REPLY_INTEGER) {
 		b = r->element[2]->integer;
-	waitq_take_grants(w->wl->name, w->wl->len, r, status == 1 ? 3 : 2, w->sent_at);
+		hold = r->element[3]->integer;
+	}
+	waitq_take_grants(w->wl->name, w->wl->len, r, status == 1 ? LOCK_GRANT_WIDTH : 2, w->sent_at);
 
 	if (status == 1) {
 		w->state = W_QUEUED;
-		grant_to(w, a, b, w->sent_at);
+		grant_to(w, a, b, hold, w->sent_at);
 		return;
 	}
 	w->state = W_QUEUED;
@@ -777,12 +782,13 @@ void waitq_take_grants(const char *lock, size_t lock_len, const redisReply *r, s
 {
 	if (r->type != REDIS_REPLY_ARRAY)
 		return;
-	for (size_t k = from; k + 2 < r->elements; k += 3) {
+	for (size_t k = from; k + LOCK_GRANT_WIDTH <= r->elements; k += LOCK_GRANT_WIDTH) {
 		const redisReply *id = r->element[k];
 		waiter_t *w;
 
 		if (id->type != REDIS_REPLY_STRING || r->element[k + 1]->type != REDIS_REPLY_INTEGER ||
-		    r->element[k + 2]->type != REDIS_REPLY_INTEGER || id->len != LEASE_TOKEN_LEN)
+		    r->element[k + 2]->type != REDIS_REPLY_INTEGER ||
+		    r->element[k + 3]->type != REDIS_REPLY_INTEGER || id->len != LEASE_TOKEN_LEN)
 			continue;
 		w = waiter_find(id->str, id->len);
 		if (!w && lease_find(id->str, id->len))
@@ -800,7 +806,8 @@ void waitq_take_grants(const char *lock, size_t lock_len, const redisReply *r, s
 			continue; /* answered already; its own reply frees it */
 		if (w->state == W_WITHDRAWING)
 			continue; /* its withdraw, sent later, gives it back */
-		grant_to(w, r->element[k + 1]->integer, r->element[k + 2]->integer, sent_at);
+		grant_to(w, r->element[k + 1]->integer, r->element[k + 2]->integer,
+		         r->element[k + 3]->integer, sent_at);
 	}
 }
 

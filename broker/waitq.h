@@ -44,8 +44,8 @@ void waitq_on_message(const char *name, size_t len);
 void waitq_on_subscribed(void);
 
 /* Grants for this broker's waiters in reply r of a script on lock that was
- * sent at sent_at: elements from index `from` on are {id, fence, ttl_ms}
- * triples. */
+ * sent at sent_at: elements from index `from` on are grants of
+ * LOCK_GRANT_WIDTH values each (lockscript.h). */
 void waitq_take_grants(const char *lock, size_t lock_len, const redisReply *r, size_t from,
                        uint64_t sent_at);
 

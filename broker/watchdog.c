@@ -55,23 +55,27 @@ static void on_renewed(const redisReply *reply, void *priv)
 	struct renewal *r = priv;
 	lease_t *l = lease_find(r->token, LEASE_TOKEN_LEN);
 	uint64_t now = timers_now();
+	bool ok;
 
 	if (!l)
 		goto out; /* released or lost meanwhile */
 	l->renewing = false;
-	metrics_renewal(!rpool_reply_failed(reply) && reply->type == REDIS_REPLY_INTEGER);
-	if (rpool_reply_failed(reply) || reply->type != REDIS_REPLY_INTEGER) {
+	ok = !rpool_reply_failed(reply) && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+	     reply->element[0]->type == REDIS_REPLY_INTEGER &&
+	     reply->element[1]->type == REDIS_REPLY_INTEGER;
+	metrics_renewal(ok);
+	if (!ok) {
 		char tb[LOG_TOKEN_LEN];
 		LOG(LOG_WARN, "msg=\"renewal failed\" lease=%s err=\"%.200s\"", log_token(l->token, tb),
 		    reply && reply->type == REDIS_REPLY_ERROR ? reply->str : "no reply");
 		timer_at(&l->tick, retry_at(l, now));
 		goto out;
 	}
-	if (reply->integer < 0) {
+	if (reply->element[0]->integer < 0) {
 		lease_lost(l, "gone");
 		goto out;
 	}
-	lease_confirmed(l, r->sent_at, reply->integer);
+	lease_confirmed(l, r->sent_at, reply->element[0]->integer, reply->element[1]->integer);
 out:
 	free(r);
 }

@@ -3,10 +3,11 @@
 -- KEYS: all seven. ARGV: the context (see context_of), then id, mode,
 -- limit (0 for a lock), ttl_ms, owner, client, max_hold_ms (0 = none),
 -- wait ('1': queue when busy), fair ('1'), max_queue.
--- Returns {1, fence, ttl_ms} granted; {0, retry_ms} busy (and queued when
--- wait); {-1, 0} conflict (held or awaited as another kind or limit);
--- {-2, 0} the queue is full. Grants for the calling broker's other waiters
--- follow as {id, fence, ttl_ms} triples.
+-- Returns {1, fence, ttl_ms, hold_ms} granted (hold_ms: ms left of the
+-- max hold, 0 for none); {0, retry_ms} busy (and queued when wait); {-1, 0}
+-- conflict (held or awaited as another kind or limit); {-2, 0} the queue is
+-- full. Grants for the calling broker's other waiters follow, GRANT_WIDTH
+-- values each (see promote in the prelude).
 --
 -- fair: granted only when nobody is queued ahead. Not fair: may pass queued
 -- waiters, except that a shared request never passes a queued exclusive
@@ -52,7 +53,7 @@ if not hv[1] then
                  'l', ARGV[8], 'e', deadline, 'w', ARGV[10], 'n', ARGV[11], 'z', z)
       redis.call('PEXPIRE', KEYS[3], z - now_ms)
     end
-    return {1, fence, expiry - now_ms}
+    return {1, fence, expiry - now_ms, max_hold}
   end
 end
 --@prelude
@@ -70,7 +71,9 @@ purge_waiters(K, C.now_ms)
 -- Granted already, by a script whose reply never reached its broker?
 local list = holders(K.h, K.i)
 for _, hd in ipairs(list) do
-  if hd[1] == id then return finish(K, C, {1, hd[3][7], hd[2] - C.now_ms}, {}) end
+  if hd[1] == id then
+    return finish(K, C, {1, hd[3][7], hd[2] - C.now_ms, hold_left(C, hd[3][3])}, {})
+  end
 end
 
 -- The first page of waiters, and the info of the first 4 (promote reads on
@@ -89,11 +92,12 @@ end
 
 -- Whatever became grantable meanwhile (an expired holder) goes first.
 local granted, ngranted, xgranted, ngone = promote(K, C, list, queue, first)
-for n = 1, #granted, 3 do
+for n = 1, #granted, GRANT_WIDTH do
   if granted[n] == id then
-    local fence, t = granted[n + 1], granted[n + 2]
-    table.remove(granted, n); table.remove(granted, n); table.remove(granted, n)
-    return finish(K, C, {1, fence, t}, granted)
+    local mine = {1}
+    for k = 1, GRANT_WIDTH - 1 do mine[k + 1] = granted[n + k] end
+    for _ = 1, GRANT_WIDTH do table.remove(granted, n) end
+    return finish(K, C, mine, granted)
   end
 end
 
@@ -121,8 +125,8 @@ elseif may and mode == 's' then
 end
 if may then
   if queued then dequeue(K, id, mode) end
-  local fence, t = grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
-  return finish(K, C, {1, fence, t}, granted)
+  local fence, t, hold = grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
+  return finish(K, C, {1, fence, t, hold}, granted)
 end
 
 local retry = blocked_for(list, mode, C.now_ms)

@@ -1,17 +1,18 @@
 -- extend.lua: set a holder's remaining lifetime (the watchdog's renewal and
 -- the extend op), never past its max-hold deadline.
 -- KEYS: holders, info, header. ARGV: id, ttl_ms, retention_ms
--- Returns the lifetime set in ms, or -1 when the id holds nothing.
+-- Returns {ms, hold_ms}: the lifetime set in ms (-1 when the id holds
+-- nothing) and the ms left of its max hold (0 for none; see hold_left).
 
 -- The fast path: a solo holder lives in the header (3 Redis calls, 4 when
 -- the header's lifetime must grow: see 'z' in the prelude); when it is
 -- another id, the model is empty and id holds nothing.
 local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'e', 'z')
 if hv[1] then
-  if hv[1] ~= ARGV[1] then return -1 end
+  if hv[1] ~= ARGV[1] then return {-1, 0} end
   local t = redis.call('TIME')
   local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
-  if tonumber(hv[2]) <= now_ms then return -1 end
+  if tonumber(hv[2]) <= now_ms then return {-1, 0} end
   local expiry, deadline = now_ms + tonumber(ARGV[2]), tonumber(hv[3])
   if deadline > 0 and deadline < expiry then expiry = deadline end
   local retention = tonumber(ARGV[3])
@@ -22,12 +23,13 @@ if hv[1] then
     redis.call('HSET', KEYS[3], 'x', expiry, 'z', z)
     redis.call('PEXPIRE', KEYS[3], z - now_ms)
   end
-  return expiry - now_ms
+  return {expiry - now_ms, deadline > 0 and deadline - now_ms or 0}
 end
 --@prelude
 local h, i, hd = KEYS[1], KEYS[2], KEYS[3]
 local id, ttl, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms = clock()
+local C = {now_ms = now_ms}
 -- retime below sets the header's lifetime, which may end before 'z'.
 if hv[4] then redis.call('HDEL', hd, 'z') end
 -- No purge of the others: this is the watchdog's hot path, and retime
@@ -35,10 +37,10 @@ if hv[4] then redis.call('HDEL', hd, 'z') end
 local info = live_holder(h, i, id, now_ms)
 if not info then
   retime(h, i, hd, now_ms, retention)
-  return -1
+  return {-1, 0}
 end
 local expiry = now_ms + ttl
 if info[3] > 0 and info[3] < expiry then expiry = info[3] end
 redis.call('ZADD', h, 'XX', expiry, id)
 retime(h, i, hd, now_ms, retention)
-return expiry - now_ms
+return {expiry - now_ms, hold_left(C, info[3])}

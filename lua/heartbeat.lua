@@ -5,9 +5,9 @@
 -- Returns {retry_ms, nlost, lost ids..., grants...}: retry_ms until the
 -- holders may expire (0: nothing held); lost ids are neither queued nor
 -- holding (dropped, e.g. Redis restarted empty or the broker stalled past
--- its heartbeat): their broker queues them again. Grants are triples, and
--- include ids that hold the lock already (granted by a script whose reply
--- was lost).
+-- its heartbeat): their broker queues them again. Grants follow,
+-- GRANT_WIDTH values each, and include ids that hold the lock already
+-- (granted by a script whose reply was lost).
 local K = keys_of(KEYS)
 local C, a = context_of(ARGV)
 unsolo(K, C)
@@ -38,6 +38,7 @@ if refreshed < n then
         already[#already + 1] = id
         already[#already + 1] = info[7]
         already[#already + 1] = expiry - C.now_ms
+        already[#already + 1] = hold_left(C, info[3])
       else
         lost[#lost + 1] = id
       end

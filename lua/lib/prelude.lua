@@ -300,16 +300,28 @@ local function expiry_of(C, ttl, max_hold)
   return expiry, deadline
 end
 
--- Makes id a holder (in the model); returns its fence and the lifetime
--- granted.
+-- The ms left until a max-hold deadline (0: none). Every grant and renewal
+-- reports it beside the lifetime, so the broker bounds the lease's end by
+-- what Redis holds, on the Redis clock, and never by its own guess: a grant
+-- replayed after a lost reply is shorter than ttl_ms without being capped.
+local function hold_left(C, deadline)
+  if deadline > 0 then return math.max(deadline - C.now_ms, 1) end
+  return 0
+end
+
+-- Makes id a holder (in the model); returns its fence, the lifetime granted
+-- and the ms left of its max hold.
 local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
   local expiry, deadline = expiry_of(C, ttl, max_hold)
   local fence = next_fence(K, C)
   redis.call('ZADD', K.h, expiry, id)
   info_set(K.i, id, {mode, 1, deadline, owner, client, limit, fence})
   redis.call('HSET', K.hd, 'f', string.format('%.0f', fence))
-  return fence, expiry - C.now_ms
+  return fence, expiry - C.now_ms, hold_left(C, deadline)
 end
+
+-- A grant for a waiter, in every script's reply: {id, fence, ttl_ms, hold_ms}.
+local GRANT_WIDTH = 4
 
 -- The queue is read QPAGE waiters at a time: reading all of a long queue
 -- in every script made each script's cost grow with the queue.
@@ -323,7 +335,8 @@ local QPAGE = 32
 -- broker). list: the holders, queue: the first page of waiters (promote
 -- appends the pages it reads on), first: the info of the first 4 of
 -- them, when the caller has them. Returns the
--- grants made for C.broker as a flat list {id, fence, ttl_ms, ...}, then
+-- grants made for C.broker as a flat list of GRANT_WIDTH values each
+-- {id, fence, ttl_ms, hold_ms (see hold_left)}, then
 -- how many were granted, whether one of them is exclusive, and how many
 -- waiters were dropped for want of their info.
 local function promote(K, C, list, queue, first)
@@ -366,6 +379,7 @@ local function promote(K, C, list, queue, first)
           out[#out + 1] = id
           out[#out + 1] = fence
           out[#out + 1] = expiry - C.now_ms
+          out[#out + 1] = hold_left(C, deadline)
         elseif not woken[wi[7]] then
           woken[wi[7]] = true
           if redis.call('HSETNX', K.s, 'wk:' .. wi[7], 1) == 1 then

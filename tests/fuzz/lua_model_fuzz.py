@@ -83,8 +83,9 @@ lastfence = {}
 viol = []
 hist = []
 opf = []
-def grant(lock, id, fence, ttl, t0, mode, limit, src):
-    fence = int(fence); ttl = int(ttl)
+def grant(lock, id, fence, ttl, t0, mode, limit, src, hold=0):
+    fence = int(fence); ttl = int(ttl); hold = int(hold)
+    if hold < 0 or (hold > 0 and ttl > hold): viol.append('lifetime %d past the hold %d %s' % (ttl, hold, src))
     if id not in held: opf.append((lock, fence, id, src))
     held[id] = dict(lock=lock, mode=mode, limit=limit, exp=t0 + ttl, fence=fence)
     waiting.pop(id, None)
@@ -133,10 +134,10 @@ def check_state(t):
         if s is not None and int(s) != nx and all(i in waiting for i in q):
             viol.append('xw %s %s vs %d' % (L, s, nx))
 def take_grants(L, lst, t0):
-    for j in range(0, len(lst) - 2, 3):
+    for j in range(0, len(lst) - 3, 4):
         id_ = lst[j]
         wi = waiting.get(id_)
-        if wi: grant(L, id_, lst[j+1], lst[j+2], t0, wi[2], wi[3], 'promote')
+        if wi: grant(L, id_, lst[j+1], lst[j+2], t0, wi[2], wi[3], 'promote', lst[j+3])
         elif id_ in held: held[id_]['exp'] = t0 + int(lst[j+2])
         else: viol.append('grant of unknown %s' % id_)
 for step in range(steps):
@@ -154,7 +155,7 @@ for step in range(steps):
             mh = random.choice([0, 0, 50])
             rep = r.cmd('EVALSHA', sha['acquire'], 7, *keys7(L), *ctx(L, b), id_, mode, limit, ttl, 'o', 'c', mh, wait, fair, 100)
             if rep[0] == 1:
-                waiting[id_] = (L, b, mode, limit, ttl); grant(L, id_, rep[1], rep[2], t0, mode, limit, 'acquire'); take_grants(L, rep[3:], t0)
+                waiting[id_] = (L, b, mode, limit, ttl); grant(L, id_, rep[1], rep[2], t0, mode, limit, 'acquire', rep[3]); take_grants(L, rep[4:], t0)
             elif rep[0] == 0:
                 if wait == '1': waiting[id_] = (L, b, mode, limit, ttl)
                 take_grants(L, rep[2:], t0)
@@ -173,7 +174,7 @@ for step in range(steps):
             id_ = random.choice(cands)
             ttl = random.choice([30, 100, 500])
             rep = r.cmd('EVALSHA', sha['extend'], 3, *keys7(L)[:3], id_, ttl, 60000)
-            if rep >= 0: held[id_]['exp'] = t0 + rep
+            if rep[0] >= 0: held[id_]['exp'] = t0 + rep[0]
             else: held.pop(id_, None)
         elif op < 0.70:
             cands = [i for i, h in held.items() if h['lock'] == L]
@@ -188,9 +189,9 @@ for step in range(steps):
             nl = rep[1]
             for i in rep[2:2+nl]: waiting.pop(i, None)
             lst = rep[2+nl:]
-            for j in range(0, len(lst), 3):
+            for j in range(0, len(lst), 4):
                 id_ = lst[j]; wi = waiting.get(id_)
-                if wi: grant(L, id_, lst[j+1], lst[j+2], t0, wi[2], wi[3], 'hb')
+                if wi: grant(L, id_, lst[j+1], lst[j+2], t0, wi[2], wi[3], 'hb', lst[j+3])
                 elif id_ in held: pass
                 else: viol.append('hb grant of unknown %s' % id_)
         else:
@@ -202,9 +203,9 @@ for step in range(steps):
             rep = r.cmd('EVALSHA', sha['withdraw'], 7, *keys7(L), *ctx(L, b), id_)
             waiting.pop(id_, None); held.pop(id_, None)
             lst = rep[1:]
-            for j in range(0, len(lst), 3):
+            for j in range(0, len(lst), 4):
                 g = lst[j]; wi = waiting.get(g)
-                if wi: grant(L, g, lst[j+1], lst[j+2], t0, wi[2], wi[3], 'wd')
+                if wi: grant(L, g, lst[j+1], lst[j+2], t0, wi[2], wi[3], 'wd', lst[j+3])
     except Exception as e:
         viol.append('error %s' % e)
     for (lk, f, i, src) in opf:

@@ -407,6 +407,8 @@ static void redis_spawn(lb_redis *r)
     argv[n++] = G.dir;
     argv[n++] = "--daemonize";
     argv[n++] = "no";
+    argv[n++] = "--enable-debug-command"; /* DEBUG SLEEP in the lost-reply tests */
+    argv[n++] = "yes";
     argv[n] = NULL;
     r->pid = spawn(argv, r->log);
 
@@ -519,6 +521,80 @@ redisReply *lb_redis_cmd(lb_redis *r, const char *fmt, ...)
     redisReply *rep = redis_vcmd(r, fmt, ap);
     va_end(ap);
     return rep;
+}
+
+redisContext *lb_redis_conn_new(lb_redis *r)
+{
+    struct timeval tv = {.tv_sec = 2};
+    redisContext *c = r->tcp ? redisConnectWithTimeout("127.0.0.1", r->port, tv)
+                             : redisConnectUnixWithTimeout(r->sock, tv);
+    redisReply *rep;
+
+    cr_assert(c && !c->err, "cannot connect to redis: %s", c ? c->errstr : "out of memory");
+    redisSetTimeout(c, (struct timeval){.tv_sec = 10});
+    rep = redisCommand(c, "PING"); /* accepted and known to Redis's loop */
+    cr_assert_not_null(rep, "PING: %s", c->errstr);
+    freeReplyObject(rep);
+    return c;
+}
+
+redisContext *lb_redis_send_async(lb_redis *r, const char *fmt, ...)
+{
+    redisContext *c = lb_redis_conn_new(r);
+    int done = 0;
+    va_list ap;
+
+    va_start(ap, fmt);
+    cr_assert_eq(redisvAppendCommand(c, fmt, ap), REDIS_OK);
+    va_end(ap);
+    while (!done)
+        cr_assert_eq(redisBufferWrite(c, &done), REDIS_OK, "write to redis: %s", c->errstr);
+    return c;
+}
+
+void lb_redis_async_also(redisContext *c, const char *fmt, ...)
+{
+    int done = 0;
+    va_list ap;
+
+    va_start(ap, fmt);
+    cr_assert_eq(redisvAppendCommand(c, fmt, ap), REDIS_OK);
+    va_end(ap);
+    while (!done)
+        cr_assert_eq(redisBufferWrite(c, &done), REDIS_OK, "write to redis: %s", c->errstr);
+}
+
+void lb_redis_async_wait(redisContext *c, int nreplies)
+{
+    for (int k = 0; k < nreplies; k++) {
+        void *rep = NULL;
+        if (redisGetReply(c, &rep) != REDIS_OK)
+            break; /* killed itself (CLIENT KILL ... SKIPME no) or timed out */
+        freeReplyObject(rep);
+    }
+    redisFree(c);
+}
+
+size_t lb_redis_broker_conns(lb_redis *r, long long *ids, size_t max, bool with_inbox)
+{
+    redisReply *rep = lb_redis_cmd(r, "CLIENT LIST");
+    size_t n = 0;
+    char *save = NULL, *buf;
+
+    cr_assert_eq(rep->type, REDIS_REPLY_STRING);
+    buf = strdup(rep->str);
+    cr_assert_not_null(buf);
+    for (char *line = strtok_r(buf, "\n", &save); line && n < max; line = strtok_r(NULL, "\n", &save)) {
+        const char *name = strstr(line, " name=lockbroker-");
+        long long id;
+        if (!name || sscanf(line, "id=%lld", &id) != 1)
+            continue;
+        if (!with_inbox && strstr(name, ":inbox"))
+            continue;
+        ids[n++] = id;
+    }
+    free(buf);
+    return n;
 }
 
 static void glob_escape(char *out, size_t n, const char *s)

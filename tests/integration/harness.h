@@ -81,6 +81,18 @@ size_t lb_redis_del_lock_keys(lb_redis *r, const char *prefix, const char *name)
  * forever after the lock is free). */
 void lb_redis_assert_lock_keys_expire(lb_redis *r, const char *prefix, const char *name);
 void lb_redis_flushall(lb_redis *r);
+/* A new connection with the command written but its reply not read (e.g.
+ * DEBUG SLEEP, which blocks Redis meanwhile); lb_redis_async_also writes one
+ * more on it; lb_redis_async_wait reads n replies (stopping at an error)
+ * and frees the connection. */
+redisContext *lb_redis_send_async(lb_redis *r, const char *fmt, ...);
+/* A new connection that Redis has accepted (it answered PING). */
+redisContext *lb_redis_conn_new(lb_redis *r);
+void lb_redis_async_also(redisContext *c, const char *fmt, ...);
+void lb_redis_async_wait(redisContext *c, int nreplies);
+/* The CLIENT LIST ids of the brokers' connections (named lockbroker-*),
+ * the inboxes only when with_inbox; returns how many (at most max). */
+size_t lb_redis_broker_conns(lb_redis *r, long long *ids, size_t max, bool with_inbox);
 
 /* ---- lockbrokerd ---------------------------------------------------------- */
 

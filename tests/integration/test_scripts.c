@@ -7,6 +7,7 @@
  * a test needs one). Run from the repository root (make test does).
  */
 #include "tests/integration/harness.h"
+#include "broker/lockscript.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,7 +131,7 @@ LB_TEST(scripts, requeue_into_an_emptied_queue_sets_lifetimes, 30)
 	cr_assert_eq(acquire(r, acq, "qz", "b1", "W1000000000000000000000000000000", "30000", true, NULL), 0);
 	lb_sleep_ms(400); /* A expires; nobody has run a script since */
 	cr_assert_eq(acquire(r, acq, "qz", "b1", "B0000000000000000000000000000000", "30000", true, &rep), 0);
-	cr_assert_eq(rep->elements, 5, "B queued, W1 granted in the same script");
+	cr_assert_eq(rep->elements, 2 + LOCK_GRANT_WIDTH, "B queued, W1 granted in the same script");
 	cr_assert_str_eq(rep->element[2]->str, "W1000000000000000000000000000000");
 	freeReplyObject(rep);
 	for (size_t k = 0; k < sizeof(sfx) / sizeof(sfx[0]); k++) {
@@ -171,7 +172,7 @@ LB_TEST(scripts, a_withdraw_lets_the_next_wake_out, 30)
 	cr_assert(hexists(r, "lb:{wk}:s", "wk:bY"), "bY was not woken");
 	cr_assert_eq(acquire(r, acq, "wk", "bX", W3, "30000", true, NULL), 0);
 	rep = call(r, hb, "wk", "bY", 1, (const char *[]){W2});
-	cr_assert_eq(rep->elements, 5, "bY's heartbeat grants W2");
+	cr_assert_eq(rep->elements, 2 + LOCK_GRANT_WIDTH, "bY's heartbeat grants W2");
 	freeReplyObject(rep);
 	/* W2 leaves: W3 (of bX) is next, and bX must be told again. */
 	freeReplyObject(call(r, rel, "wk", "bY", 2, (const char *[]){W2, "0"}));
@@ -308,12 +309,12 @@ LB_TEST(scripts, a_release_grants_readers_past_the_first_page, 30)
 
 	rep = call(r, rel, "pg", "b1", 2, (const char *[]){H, "0"});
 	cr_assert_eq(rep->element[0]->integer, 0);
-	cr_assert_eq(rep->elements, 1 + 3 * 70, "%zu elements: not every reader ahead of the writer",
+	cr_assert_eq(rep->elements, 1 + LOCK_GRANT_WIDTH * 70, "%zu elements: not every reader ahead of the writer",
 	             rep->elements);
 	for (int k = 0; k < 70; k++) {
 		char id[33];
 		snprintf(id, sizeof(id), "R%031d", k);
-		cr_assert_str_eq(rep->element[1 + 3 * k]->str, id, "grant %d out of queue order", k);
+		cr_assert_str_eq(rep->element[1 + LOCK_GRANT_WIDTH * k]->str, id, "grant %d out of queue order", k);
 	}
 	freeReplyObject(rep);
 	cr_assert_eq(zcard(r, "lb:{pg}:h"), 70);
