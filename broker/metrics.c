@@ -1,11 +1,11 @@
 /*
  * metrics.c - see metrics.h.
  *
- * Each scrape connection (mconn_t) owns its handle and a small request
- * buffer; it is freed in the handle's close callback. A request larger
- * than MAX_REQUEST or slower than REQUEST_TIMEOUT_MS is dropped, and at
- * most MAX_CONNS scrapes are served at once, so the endpoint cannot grow
- * the broker's memory or hold its resources.
+ * Each connection (mconn_t: a scrape or a health probe) owns its handle
+ * and a small request buffer; it is freed in the handle's close callback.
+ * A request larger than MAX_REQUEST or slower than REQUEST_TIMEOUT_MS is
+ * dropped, and at most MAX_CONNS connections are served at once, so the
+ * endpoint cannot grow the broker's memory or hold its resources.
  */
 #include "broker/metrics.h"
 
@@ -234,46 +234,95 @@ static void on_written(uv_write_t *req, int status)
 	conn_close((mconn_t *)req->handle);
 }
 
-static void respond(mconn_t *c, const char *status, const char *type, const char *body, size_t blen)
+/* Writes the answer and closes after it. extra is more header lines, each
+ * ending in CRLF ("" for none). With with_body false (HEAD) the headers,
+ * Content-Length included, are those of the full answer, and no body. */
+static void respond(mconn_t *c, const char *status, const char *type, const char *extra,
+                    const char *body, size_t blen, bool with_body)
 {
-	size_t hlen;
+	size_t hlen, total;
 	uv_buf_t buf;
-	char head[256];
+	char head[512];
 
 	c->answered = true;
 	uv_read_stop((uv_stream_t *)&c->tcp);
 	hlen = (size_t)snprintf(head, sizeof(head),
 	                        "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-	                        "Connection: close\r\n\r\n",
-	                        status, type, blen);
-	c->resp = xmalloc(hlen + blen);
+	                        "%sConnection: close\r\n\r\n",
+	                        status, type, blen, extra);
+	REQUIRE(hlen < sizeof(head));
+	total = hlen + (with_body ? blen : 0);
+	c->resp = xmalloc(total);
 	memcpy(c->resp, head, hlen);
-	memcpy(c->resp + hlen, body, blen);
-	buf = uv_buf_init(c->resp, (unsigned)(hlen + blen));
+	if (with_body)
+		memcpy(c->resp + hlen, body, blen);
+	buf = uv_buf_init(c->resp, (unsigned)total);
 	if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &buf, 1, on_written) != 0)
 		conn_close(c);
 }
 
+#define TEXT "text/plain; charset=utf-8"
+/* A string literal as the body and its length. */
+#define LIT(s) s, sizeof(s) - 1
+
+/* Why the broker cannot take lock requests now, or NULL when it can. Redis
+ * counts as up once a command connection finished its handshake, which
+ * loads every script (rpool_up). The listener closes when draining begins
+ * (broker_shutdown), so a probe sees the first case only if it is kept
+ * open longer; the answer is right either way. */
+static const char *not_ready(void)
+{
+	if (server.state != BROKER_RUNNING)
+		return "shutting down\n";
+	if (!rpool_up())
+		return "redis down\n";
+	return NULL;
+}
+
+/*
+ * GET (or HEAD) of one of three paths; the query string is ignored.
+ *   /metrics  the Prometheus text
+ *   /healthz  liveness: 200 while the process runs its loop
+ *   /readyz   readiness: 200 while lock requests can be served, else 503
+ *             with the reason as its one line
+ */
 static void answer(mconn_t *c)
 {
-	char method[16] = "", path[256] = "";
+	char method[16] = "", target[256] = "";
+	const char *why;
+	size_t plen;
+	bool with_body;
 
-	if (sscanf(c->req, "%15s %255s", method, path) != 2) {
-		respond(c, "400 Bad Request", "text/plain", "bad request\n", 12);
+	if (sscanf(c->req, "%15s %255s", method, target) != 2) {
+		respond(c, "400 Bad Request", TEXT, "", LIT("bad request\n"), true);
 		return;
 	}
-	if (strcmp(path, "/metrics") != 0 && strncmp(path, "/metrics?", 9) != 0) {
-		respond(c, "404 Not Found", "text/plain", "not found: try /metrics\n", 24);
+	plen = strcspn(target, "?");
+	target[plen] = '\0';
+	with_body = strcmp(method, "HEAD") != 0; /* a HEAD answer never has one */
+	if (strcmp(target, "/metrics") != 0 && strcmp(target, "/healthz") != 0 &&
+	    strcmp(target, "/readyz") != 0) {
+		respond(c, "404 Not Found", TEXT, "", LIT("not found: try /metrics, /healthz or /readyz\n"),
+		        with_body);
 		return;
 	}
-	if (strcmp(method, "GET") != 0) {
-		respond(c, "405 Method Not Allowed", "text/plain", "only GET\n", 9);
+	if (with_body && strcmp(method, "GET") != 0) {
+		respond(c, "405 Method Not Allowed", TEXT, "Allow: GET, HEAD\r\n",
+		        LIT("only GET and HEAD\n"), true);
 		return;
 	}
-	{
+	if (strcmp(target, "/healthz") == 0) {
+		respond(c, "200 OK", TEXT, "", LIT("ok\n"), with_body);
+	} else if (strcmp(target, "/readyz") == 0) {
+		why = not_ready();
+		if (why)
+			respond(c, "503 Service Unavailable", TEXT, "", why, strlen(why), with_body);
+		else
+			respond(c, "200 OK", TEXT, "", LIT("ready\n"), with_body);
+	} else {
 		size_t len;
 		char *body = render(&len);
-		respond(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body, len);
+		respond(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", "", body, len, with_body);
 		free(body);
 	}
 }
@@ -304,7 +353,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		return;
 	}
 	if (c->len >= MAX_REQUEST - 1)
-		respond(c, "431 Request Header Fields Too Large", "text/plain", "too large\n", 10);
+		respond(c, "431 Request Header Fields Too Large", TEXT, "", LIT("too large\n"), true);
 }
 
 static void on_connection(uv_stream_t *server_stream, int status)
@@ -350,7 +399,8 @@ int metrics_listen(uv_loop_t *loop, const listen_addr_t *addr)
 		metrics_close();
 		return -1;
 	}
-	LOG(LOG_INFO, "msg=\"metrics listening\" url=\"http://%s:%d/metrics\"", addr->host, addr->port);
+	LOG(LOG_INFO, "msg=\"metrics listening\" url=\"http://%s:%d/metrics\" health=\"/healthz /readyz\"",
+	    addr->host, addr->port);
 	return 0;
 }
 

@@ -1,10 +1,13 @@
 /*
  * metrics.h - counters and histograms for Prometheus, and the optional
- * --metrics listener that serves them as text exposition at /metrics.
+ * --metrics listener that serves them as text exposition at /metrics, and
+ * the health probes: /healthz (liveness: 200 while the process runs) and
+ * /readyz (readiness: 200 while Redis is up with the scripts loaded, else
+ * 503 with a one-line reason).
  *
  * Recording is a few additions, safe to call on every request; the text is
  * built only when scraped. The listener speaks just enough HTTP/1.x: one
- * GET per connection, bounded in size and time, answered and closed.
+ * GET or HEAD per connection, bounded in size and time, answered and closed.
  */
 #ifndef LB_BROKER_METRICS_H
 #define LB_BROKER_METRICS_H
