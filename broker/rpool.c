@@ -66,6 +66,7 @@
 /* How long a stopping broker waits for Redis to answer what is pending. */
 #define CLOSE_TIMEOUT_MS 2000
 #define RUN_ID_LEN 40
+#define MAX_ADDRS 8 /* addresses of a resolved host tried in turn */
 
 /* Handshake steps that are not a script's SCRIPT LOAD. */
 #define STEP_PLAIN ((intptr_t)-1)
@@ -96,6 +97,9 @@ typedef struct rconn {
 	bool dropping;        /* inside our own redisAsyncFree (rconn_drop) */
 	bool reloading;       /* NOSCRIPT seen: see the header */
 	bool resolving;       /* gai is in flight */
+	bool addr_ok;         /* addrs[addr_i] made a ready connection */
+	int naddrs, addr_i;   /* the host's addresses; the one to try next */
+	char addrs[MAX_ADDRS][64];
 	cmdlist_t redo;       /* answered NOSCRIPT while reloading, in order */
 	cmdlist_t held;       /* sent while reloading, in order */
 	uint32_t backoff_ms;
@@ -232,6 +236,10 @@ static void schedule_retry(rconn_t *c)
 {
 	if (c->state == RC_CLOSING)
 		return;
+	/* A failed address gives way to the next; a connection that had
+	 * worked resolves the name again (it may point elsewhere now). */
+	c->addr_i = c->addr_ok ? c->naddrs : c->addr_i + 1;
+	c->addr_ok = false;
 	c->state = RC_DOWN;
 	timer_cancel(&c->watch);
 	rehome(c);
@@ -300,6 +308,7 @@ static void handshake_step(rconn_t *c)
 	}
 	was_up = rpool_up();
 	c->state = RC_READY;
+	c->addr_ok = true;
 	c->backoff_ms = BACKOFF_MIN_MS;
 	timer_cancel(&c->watch);
 	LOG(LOG_INFO, "msg=\"redis connected\" conn=%d%s", c->idx, c->subscriber ? " role=inbox" : "");
@@ -494,27 +503,32 @@ static void rconn_open(rconn_t *c, const char *host)
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
 	rconn_t *c = (rconn_t *)((char *)req - offsetof(rconn_t, gai));
-	char ip[64] = "";
 
 	c->resolving = false;
-	if (status == 0 && res) {
-		if (res->ai_family == AF_INET6)
-			uv_ip6_name((const struct sockaddr_in6 *)res->ai_addr, ip, sizeof(ip));
+	c->naddrs = 0;
+	c->addr_i = 0;
+	for (struct addrinfo *ai = status == 0 ? res : NULL; ai && c->naddrs < MAX_ADDRS; ai = ai->ai_next) {
+		char *ip = c->addrs[c->naddrs];
+		if (ai->ai_family == AF_INET6)
+			uv_ip6_name((const struct sockaddr_in6 *)ai->ai_addr, ip, sizeof(c->addrs[0]));
+		else if (ai->ai_family == AF_INET)
+			uv_ip4_name((const struct sockaddr_in *)ai->ai_addr, ip, sizeof(c->addrs[0]));
 		else
-			uv_ip4_name((const struct sockaddr_in *)res->ai_addr, ip, sizeof(ip));
+			continue;
+		c->naddrs++;
 	}
 	uv_freeaddrinfo(res);
 	if (c->state != RC_RESOLVING) {
 		close_timer_maybe_done(); /* closing: cancelled */
 		return;
 	}
-	if (!ip[0]) {
+	if (c->naddrs == 0) {
 		LOG(LOG_WARN, "msg=\"cannot resolve the redis host\" conn=%d host=\"%s\" err=\"%s\"", c->idx,
 		    P.addr->host, status ? uv_strerror(status) : "no address");
 		schedule_retry(c);
 		return;
 	}
-	rconn_open(c, ip);
+	rconn_open(c, c->addrs[0]);
 }
 
 static void rconn_connect(rconn_t *c)
@@ -530,6 +544,10 @@ static void rconn_connect(rconn_t *c)
 	}
 	if (uv_inet_pton(AF_INET, a->host, &a6) == 0 || uv_inet_pton(AF_INET6, a->host, &a6) == 0) {
 		rconn_open(c, a->host);
+		return;
+	}
+	if (c->addr_i < c->naddrs) {
+		rconn_open(c, c->addrs[c->addr_i]);
 		return;
 	}
 	/* A name: resolved off the loop (getaddrinfo in hiredis blocks). */
