@@ -178,7 +178,7 @@ static void on_released_quietly(const redisReply *reply, void *priv)
 	free(q);
 }
 
-void lease_release_in_redis(const char *lock, size_t lock_len, const char *token)
+void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until)
 {
 	struct quiet_release *q = xmalloc(sizeof(*q) + lock_len);
 	lockscript_t ls;
@@ -189,6 +189,8 @@ void lease_release_in_redis(const char *lock, size_t lock_len, const char *token
 	lockscript_begin(&ls, lock, lock_len, LOCK_NKEYS, true);
 	lockscript_arg(&ls, token, LEASE_TOKEN_LEN);
 	lockscript_str(&ls, "1");
+	lockscript_str(&ls, "0");
+	lockscript_retry_until(&ls, until);
 	if (lockscript_send(&ls, SCRIPT_RELEASE, on_released_quietly, q) < 0) {
 		char tb[LOG_TOKEN_LEN];
 		free(q);
@@ -208,7 +210,8 @@ void lease_lost(lease_t *l, const char *reason)
 	metrics_lost(reason);
 	session_send(s, resp_event_lost(l->token, (lb_str_t){l->lock, l->lock_len}, reason));
 	if (strcmp(reason, "gone") != 0)
-		lease_release_in_redis(l->lock, l->lock_len, l->token);
+		lease_release_in_redis(l->lock, l->lock_len, l->token,
+		                       l->expires_at + LEASE_RELEASE_SLACK_MS);
 	lease_free(l);
 }
 
@@ -220,7 +223,7 @@ void lease_drop(lease_t *l)
 
 void lease_release_now(lease_t *l)
 {
-	lease_release_in_redis(l->lock, l->lock_len, l->token);
+	lease_release_in_redis(l->lock, l->lock_len, l->token, l->expires_at + LEASE_RELEASE_SLACK_MS);
 	lease_drop(l);
 }
 

@@ -27,6 +27,9 @@
 
 #define LEASE_TOKEN_LEN 32 /* 128 random bits in lowercase hex */
 #define LEASE_RETRY_MS 1000 /* renewal retry after a failure, at most */
+/* A release of a lease is resent after a lost reply until this long after
+ * the lease's local end: Redis counted its TTL from when it ran, later. */
+#define LEASE_RELEASE_SLACK_MS 5000
 
 struct session;
 
@@ -42,6 +45,8 @@ typedef struct lease {
 	int64_t fence;
 	int64_t ttl_ms; /* lifetime the watchdog renews to */
 	int64_t count;  /* reentrancy count */
+	int64_t opseq;      /* the last op seq sent (release, reenter): see
+	                     * lua/lib/prelude.lua */
 	int64_t releasing;  /* releases on their way */
 	int64_t reentering; /* re-entries on their way: count + reentering -
 	                     * releasing is what the lease will be at */
@@ -89,9 +94,10 @@ void lease_drop(lease_t *l);
  * then frees the lease (session end, shutdown). */
 void lease_release_now(lease_t *l);
 
-/* Frees every level of a holder in Redis; the answer is not awaited (a
- * failure is logged: the holder then ends by its TTL). */
-void lease_release_in_redis(const char *lock, size_t lock_len, const char *token);
+/* Frees every level of a holder in Redis; the answer is not awaited. A
+ * lost reply is sent again until `until` (uv_now ms: when the holder has
+ * ended by its TTL anyway); with Redis down until then it ends so. */
+void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until);
 
 /* The number of leases in the table. */
 size_t lease_count(void);

@@ -12,6 +12,14 @@
  * scripts that free capacity carry grants for this broker's waiters; they
  * go to waitq.
  *
+ * A request whose reply was lost may or may not have run. Release, extend
+ * and re-entry are repeatable (release and re-entry carry the lease's op
+ * seq, so a repeat changes nothing), so they are sent again until Redis
+ * answers (LB_RESOLVE_MS): they answer what happened, never `unavailable`
+ * for what took effect. A release repeated after its first copy freed the
+ * holder finds nothing: a lease this broker still vouched for was freed by
+ * that copy, so it answers count 0.
+ *
  * Detached leases live in Redis only. Their token -> lock name pointer
  * (lua/lease_index.lua) lets any session on any broker release or extend
  * them: one more round trip, paid only by tokens this broker does not hold.
@@ -88,6 +96,19 @@ static void fail_unavailable(op_ctx_t *c, const redisReply *r)
 {
 	LOG(LOG_WARN, "msg=\"redis command failed\" session=%s err=\"%.200s\"", c->s->name, failure_text(r));
 	ctx_fail(c, LB_E_UNAVAILABLE, "Redis did not answer the request");
+}
+
+/* A lease op's failed reply: an error from Redis (the script did not
+ * run), or none at all after LB_RESOLVE_MS of resending, when the lease
+ * has ended whatever happened. */
+static void fail_lease_op(op_ctx_t *c, const redisReply *r)
+{
+	if (r) {
+		fail_unavailable(c, r);
+		return;
+	}
+	LOG(LOG_WARN, "msg=\"redis did not answer a lease op in time\" session=%s", c->s->name);
+	ctx_fail(c, LB_E_NOT_HELD, "Redis did not answer while the lease could live; it has ended");
 }
 
 /* Element k of an array reply as an integer; false when it is not one. */
@@ -167,7 +188,7 @@ static void on_reentered(const redisReply *r, void *priv)
 	if (l && l->reentering > 0)
 		l->reentering--;
 	if (rpool_reply_failed(r)) {
-		fail_unavailable(c, r);
+		fail_lease_op(c, r);
 		return;
 	}
 	if (!reply_int(r, 0, &count) || !reply_int(r, 1, &ms_left)) {
@@ -203,6 +224,8 @@ void lockops_reenter(session_t *s, const json_t *id, lease_t *l)
 	memcpy(c->token, l->token, sizeof(c->token));
 	lockscript_begin(&ls, l->lock, l->lock_len, LOCK_NKEYS_HOLDER, false);
 	lockscript_arg(&ls, l->token, LEASE_TOKEN_LEN);
+	lockscript_int(&ls, ++l->opseq);
+	lockscript_retry_until(&ls, timers_now() + LB_RESOLVE_MS);
 	if (lockscript_send(&ls, SCRIPT_REENTER, on_reentered, c) < 0) {
 		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
 		return;
@@ -262,7 +285,7 @@ static bool lease_reply_or_answer(op_ctx_t *c, const redisReply *r, const char *
 	lease_t *l = lease_find(c->token, LEASE_TOKEN_LEN);
 
 	if (rpool_reply_failed(r)) {
-		fail_unavailable(c, r);
+		fail_lease_op(c, r);
 		return false;
 	}
 	if (r->type == REDIS_REPLY_INTEGER) {
@@ -297,6 +320,14 @@ static void on_release_reply(const redisReply *r, void *priv)
 
 	if (mine && mine->releasing > 0)
 		mine->releasing--;
+	if (mine && rpool_replayed() && !rpool_reply_failed(r) && reply_int(r, 0, &count) && count < 0) {
+		/* Its first copy ran and freed the holder; the lease was ours and
+		 * not lost (a lost one is no longer in the table). */
+		lease_drop(mine);
+		session_send_released(c->s, c->id, 0);
+		grants_then_done(c, r);
+		return;
+	}
 	if (!lease_reply_or_answer(c, r, "release", &count, &l))
 		return;
 	if (count == 0) {
@@ -321,7 +352,9 @@ static void release_step(op_ctx_t *c)
 	lockscript_begin(&ls, c->lock, c->lock_len, LOCK_NKEYS, true);
 	lockscript_arg(&ls, c->token, LEASE_TOKEN_LEN);
 	lockscript_str(&ls, "0");
+	lockscript_int(&ls, l ? ++l->opseq : 0); /* a detached lease has one level */
 	c->sent_at = timers_now();
+	lockscript_retry_until(&ls, c->sent_at + LB_RESOLVE_MS);
 	if (lockscript_send(&ls, SCRIPT_RELEASE, on_release_reply, c) < 0) {
 		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
 		return;
@@ -354,6 +387,7 @@ static void extend_step(op_ctx_t *c)
 	lockscript_int(&ls, c->ttl_ms);
 	lockscript_str(&ls, LB_FENCE_RETENTION_STR);
 	c->sent_at = timers_now();
+	lockscript_retry_until(&ls, c->sent_at + LB_RESOLVE_MS);
 	if (lockscript_send(&ls, SCRIPT_EXTEND, on_extend_reply, c) < 0)
 		ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
 }

@@ -118,6 +118,7 @@ struct rcmd {
 	uint32_t route;
 	script_id_t script;
 	bool reloaded;        /* sent again after NOSCRIPT already */
+	bool replayed;        /* sent again after a lost reply */
 	rpool_fn fn;
 	void *priv;
 	size_t len;
@@ -145,6 +146,7 @@ static struct {
 	uint32_t rand_state;
 	uv_timer_t close_timer; /* bounds rpool_close */
 	bool closing;
+	bool in_replay; /* rpool_replayed() */
 } P;
 
 static void rconn_connect(rconn_t *c);
@@ -688,8 +690,15 @@ static void deliver(rcmd_t *cmd, const redisReply *reply)
 	P.pending--;
 	if (reply)
 		metrics_redis_rtt(uv_hrtime() - cmd->sent_ns);
+	P.in_replay = cmd->replayed;
 	cmd->fn(reply, cmd->priv);
+	P.in_replay = false;
 	free(cmd);
+}
+
+bool rpool_replayed(void)
+{
+	return P.in_replay;
 }
 
 static int conn_send(rconn_t *c, rcmd_t *cmd)
@@ -778,6 +787,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 		LOG(LOG_WARN, "msg=\"a command ran after an earlier one found no script\" conn=%d", c->idx);
 	if (!reply && cmd->retry_until && !P.closing) {
 		/* Its fate is unknown: sent again (it is idempotent). */
+		cmd->replayed = true;
 		dispatch(cmd);
 		return;
 	}
@@ -837,6 +847,7 @@ int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
 	cmd->route = route;
 	cmd->script = script;
 	cmd->reloaded = false;
+	cmd->replayed = false;
 	cmd->fn = fn;
 	cmd->priv = priv;
 	p = cmd->resp;

@@ -81,6 +81,11 @@ int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
                const char *const *argv, const size_t *argvlen,
                rpool_fn fn, void *priv, uint64_t retry_until);
 
+/* True while a callback runs for a command that went out more than once
+ * because a reply was lost: an earlier copy may have run, so a repeatable
+ * script may find its own effect (a holder it released already). */
+bool rpool_replayed(void);
+
 /* NULL or an error reply. */
 static inline bool rpool_reply_failed(const redisReply *r)
 {

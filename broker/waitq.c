@@ -425,7 +425,8 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 	server.stats.acquired_total++;
 	if (w->end != WEND_NONE || !session_open(s)) {
 		/* Nobody takes it any more: give it back at once. */
-		lease_release_in_redis(w->wl->name, w->wl->len, w->id);
+		lease_release_in_redis(w->wl->name, w->wl->len, w->id,
+		                       sent_at + (uint64_t)ttl_granted + LEASE_RELEASE_SLACK_MS);
 		server.stats.released_total++;
 		answer_end(w);
 		finish_failed(w);
@@ -459,15 +460,21 @@ static const char *mode_arg(lb_mode_t m)
 	return m == LB_MODE_SHARED ? "s" : m == LB_MODE_PERMIT ? "p" : "x";
 }
 
+static void withdraw_quietly(const waiter_t *w);
+
 static void on_withdrawn(const redisReply *r, void *priv)
 {
 	waiter_t *w = priv;
 
-	if (!rpool_reply_failed(r) && r->type == REDIS_REPLY_ARRAY)
+	if (!rpool_reply_failed(r) && r->type == REDIS_REPLY_ARRAY) {
 		waitq_take_grants(w->wl->name, w->wl->len, r, 1, w->sent_at);
-	else
-		LOG(LOG_WARN, "msg=\"withdraw failed; the queue entry ends with its heartbeat\" session=%s",
-		    w->s->name);
+	} else {
+		/* It may or may not have run: answered now, and sent again until
+		 * Redis answers it (what it takes back would otherwise hold the
+		 * lock for nobody until its TTL or heartbeat deadline). */
+		LOG(LOG_WARN, "msg=\"withdraw failed; sent again\" session=%s", w->s->name);
+		withdraw_quietly(w);
+	}
 	if (w->state == W_WITHDRAWING)
 		answer_end(w);
 	w->state = W_QUEUED; /* no script in flight any more */
@@ -483,8 +490,10 @@ static void send_withdraw(waiter_t *w)
 	w->sent_at = timers_now();
 	w->state = W_WITHDRAWING;
 	if (lockscript_send(&ls, SCRIPT_WITHDRAW, on_withdrawn, w) < 0) {
-		/* Redis is down: the entry ends with its heartbeat deadline. */
+		/* Redis is down: sent when it is back (or the entry ends with its
+		 * heartbeat deadline). */
 		w->state = W_QUEUED;
+		withdraw_quietly(w);
 		answer_end(w);
 		finish_failed(w);
 	}
@@ -507,7 +516,9 @@ static void on_withdrawn_quietly(const redisReply *r, void *priv)
 
 /* w is finished, but an acquire of it may have run in Redis without its
  * reply reaching us: take back whatever it left (a grant, a queue entry),
- * so the lock is not held or reserved for nobody. */
+ * so the lock is not held or reserved for nobody. Sent again after a lost
+ * reply, and while Redis is down, until what it takes back has ended by
+ * itself (the grant's TTL, the entry's heartbeat deadline). */
 static void withdraw_quietly(const waiter_t *w)
 {
 	struct quiet_withdraw *q = xmalloc(sizeof(*q) + w->wl->len);
@@ -518,8 +529,10 @@ static void withdraw_quietly(const waiter_t *w)
 	memcpy(q->lock, w->wl->name, w->wl->len);
 	lockscript_begin(&ls, w->wl->name, w->wl->len, LOCK_NKEYS, true);
 	lockscript_arg(&ls, w->id, LEASE_TOKEN_LEN);
+	lockscript_retry_until(&ls, q->sent_at + (uint64_t)w->ttl_ms + LOCK_HEARTBEAT_MS +
+	                                LEASE_RELEASE_SLACK_MS);
 	if (lockscript_send(&ls, SCRIPT_WITHDRAW, on_withdrawn_quietly, q) < 0)
-		free(q); /* Redis is down: what is there ends by TTL / heartbeat */
+		free(q); /* no script loaded yet: nothing of it can be in Redis */
 }
 
 /* w stops wanting the lock (why): answered now, or once Redis confirmed. */
@@ -586,7 +599,8 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 			waitq_take_grants(w->wl->name, w->wl->len, r, status == 1 ? LOCK_GRANT_WIDTH : 2,
 			                  w->sent_at);
 			if (status == 1 && !lease_find(w->id, LEASE_TOKEN_LEN))
-				lease_release_in_redis(w->wl->name, w->wl->len, w->id);
+				lease_release_in_redis(w->wl->name, w->wl->len, w->id,
+				                       w->sent_at + (uint64_t)w->ttl_ms + LEASE_RELEASE_SLACK_MS);
 		}
 		waiter_free(w);
 		return;
@@ -603,8 +617,11 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 			wlock_arm(w->wl, timers_now() + LOCK_SAFETY_NET_MS);
 			return;
 		}
+		/* A try resent until a grant of it would have ended: by now,
+		 * nothing it may have taken is left but what the withdraw
+		 * takes back. */
 		if (w->end == WEND_NONE)
-			answer_error(w, LB_E_UNAVAILABLE, "Redis did not answer the request");
+			answer_error(w, LB_E_UNAVAILABLE, "Redis did not answer the request in time");
 		else
 			answer_end(w);
 		w->state = W_QUEUED;
@@ -755,6 +772,11 @@ static void waiter_send_now(waiter_t *w)
 		lockscript_str(&ls, w->wait ? "1" : "0");
 		lockscript_str(&ls, w->fair ? "1" : "0");
 		lockscript_int(&ls, server.cfg->max_queue);
+		/* A try is repeatable (the script knows its id): after a lost
+		 * reply it is sent again until a grant of it would have ended. A
+		 * waiting acquire is resent by its lock's heartbeat instead. */
+		if (!w->wait)
+			lockscript_retry_until(&ls, w->sent_at + (uint64_t)w->ttl_ms);
 		rc = lockscript_send(&ls, SCRIPT_ACQUIRE, on_acquire_reply, w);
 		if (rc == 0) {
 			w->wl->acq_inflight++;
@@ -799,7 +821,9 @@ void waitq_take_grants(const char *lock, size_t lock_len, const redisReply *r, s
 			char token[LEASE_TOKEN_LEN + 1];
 			memcpy(token, id->str, LEASE_TOKEN_LEN);
 			token[LEASE_TOKEN_LEN] = '\0';
-			lease_release_in_redis(lock, lock_len, token);
+			int64_t ttl = r->element[k + 2]->integer;
+			lease_release_in_redis(lock, lock_len, token,
+			                       sent_at + (uint64_t)(ttl > 0 ? ttl : 0) + LEASE_RELEASE_SLACK_MS);
 			continue;
 		}
 		if (w->state == W_DONE)

@@ -46,11 +46,11 @@ if not hv[1] then
     -- promise that, it gets twice that margin, so most grants skip this.
     if hv[5] and tonumber(hv[5]) >= expiry + retention then
       redis.call('HSET', KEYS[3], 'f', f, 'o', ARGV[6], 'x', expiry, 'c', '1', 'k', ARGV[7],
-                 'l', ARGV[8], 'e', deadline, 'w', ARGV[10], 'n', ARGV[11])
+                 'l', ARGV[8], 'e', deadline, 'w', ARGV[10], 'n', ARGV[11], 'r', '0')
     else
       local z = expiry + 2 * retention
       redis.call('HSET', KEYS[3], 'f', f, 'o', ARGV[6], 'x', expiry, 'c', '1', 'k', ARGV[7],
-                 'l', ARGV[8], 'e', deadline, 'w', ARGV[10], 'n', ARGV[11], 'z', z)
+                 'l', ARGV[8], 'e', deadline, 'w', ARGV[10], 'n', ARGV[11], 'r', '0', 'z', z)
       redis.call('PEXPIRE', KEYS[3], z - now_ms)
     end
     return {1, fence, expiry - now_ms, max_hold}

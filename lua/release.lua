@@ -1,20 +1,22 @@
 -- release.lua: drop one reentrancy level of a holder; at zero the holder is
 -- removed and whoever now fits in the queue is granted or woken.
 -- KEYS: all seven. ARGV: the context, then id, all ('1': drop every level,
--- as when a session ends).
+-- as when a session ends), seq (the op seq, see the prelude; 0: none).
 -- Returns {count left (0 = freed), grants...}, or {-1} when the id holds
--- nothing.
+-- nothing. A repeat of a call that ran (same seq) returns the count left
+-- and changes nothing.
 
 -- The fast path: id is the live solo holder (nobody waits: 3 Redis calls),
 -- or another id is (so the model is empty and id holds nothing).
-local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'c')
+local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'c', 'r')
 if hv[1] then
   if hv[1] ~= ARGV[6] then return {-1} end
   local t = redis.call('TIME')
   if tonumber(hv[2]) > t[1] * 1000 + math.floor(t[2] / 1000) then
-    local count = tonumber(hv[3])
+    local count, seq = tonumber(hv[3]), tonumber(ARGV[8]) or 0
+    if seq > 0 and seq <= tonumber(hv[4] or '0') then return {count} end
     if count > 1 and ARGV[7] ~= '1' then
-      redis.call('HSET', KEYS[3], 'c', count - 1)
+      redis.call('HSET', KEYS[3], 'c', count - 1, 'r', math.max(seq, tonumber(hv[4] or '0')))
       return {count - 1}
     end
     -- Only 'o' says there is a solo holder: the other fields may stay, and
@@ -26,7 +28,7 @@ end
 --@prelude
 local K = keys_of(KEYS)
 local C, a = context_of(ARGV)
-local id, all = ARGV[a], ARGV[a + 1] == '1'
+local id, all, seq = ARGV[a], ARGV[a + 1] == '1', tonumber(ARGV[a + 2]) or 0
 
 unsolo(K, C)
 purge(K.h, K.i, C.now_ms)
@@ -34,8 +36,10 @@ purge_waiters(K, C.now_ms)
 
 local info = holder_get(K.h, K.i, id)
 if not info then return finish(K, C, {-1}, promote(K, C)) end
+if seq > 0 and seq <= (info[8] or 0) then return finish(K, C, {info[2]}, {}) end
 if info[2] > 1 and not all then
   info[2] = info[2] - 1
+  info[8] = math.max(seq, info[8] or 0)
   info_set(K.i, id, info)
   return finish(K, C, {info[2]}, {})
 end

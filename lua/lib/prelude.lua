@@ -10,7 +10,8 @@
 -- (a script that needs fewer takes a prefix of the list):
 --   1 P{NAME}:h  zset   holder id -> expiry, Redis time in ms
 --   2 P{NAME}:i  hash   holder id -> cmsgpack {mode, count, max-hold
---                       deadline ms or 0, owner, client, limit, fence}
+--                       deadline ms or 0, owner, client, limit, fence,
+--                       op seq (absent: 0)}
 --   3 P{NAME}    hash   the lock's header:
 --                         f  the last fencing token issued
 --                         m  '1' while the full model (keys 1, 2, 4-7) is
@@ -20,10 +21,11 @@
 --                            more skips its PEXPIRE. Fast paths set it with
 --                            the lifetime they set; every other script that
 --                            sets the header's lifetime deletes it first.
---                         o, x, c, k, l, e, w, n  the solo holder: id,
---                            expiry ms, count, mode, limit, max-hold
---                            deadline ms or 0, owner, client; only 'o'
---                            says there is one (the others may be stale)
+--                         o, x, c, k, l, e, w, n, r  the solo holder:
+--                            id, expiry ms, count, mode, limit, max-hold
+--                            deadline ms or 0, owner, client, op seq;
+--                            only 'o' says there is one (the others may
+--                            be stale)
 --   4 P{NAME}:q  zset   waiter id -> arrival number (the FIFO queue)
 --   5 P{NAME}:w  hash   waiter id -> cmsgpack {mode, limit, ttl, owner,
 --                       client, max-hold ms, broker id}
@@ -32,6 +34,11 @@
 -- mode: 'x' exclusive, 's' shared, 'p' semaphore permit (limit > 0).
 -- Holder and waiter ids are lease tokens: a waiter keeps its id when it is
 -- granted.
+--
+-- The op seq makes the count-changing calls (release, reenter) repeatable:
+-- a broker numbers them per lease (1, 2, ...) and a holder keeps the last
+-- one applied; a call whose seq is not above it ran already (its reply was
+-- lost) and answers the count without changing it. Seq 0: no such check.
 --
 -- Two layouts, never both at once:
 --   solo   one holder, nobody queued: it lives in the header alone, so an
@@ -130,7 +137,7 @@ local function retime(h, i, hd, now_ms, retention)
 end
 
 -- The solo holder's fields in the header, in HMGET order.
-local SOLO = {'o', 'x', 'c', 'k', 'l', 'e', 'w', 'n'}
+local SOLO = {'o', 'x', 'c', 'k', 'l', 'e', 'w', 'n', 'r'}
 
 -- Moves a solo holder (if any, and live) from the header into the model,
 -- drops 'z' (this script may set the header's lifetime), and notes in C.m
@@ -152,9 +159,10 @@ local function unsolo(K, C, pre)
   local expiry = tonumber(v[5])
   if expiry <= C.now_ms then return end
   redis.call('ZADD', K.h, expiry, id)
-  -- {mode, count, deadline, owner, client, limit, fence}
-  redis.call('HSET', K.i, id, cmsgpack.pack({v[7], tonumber(v[6]), tonumber(v[9]),
-                                             v[10], v[11], tonumber(v[8]), tonumber(v[2])}))
+  -- {mode, count, deadline, owner, client, limit, fence, seq}
+  redis.call('HSET', K.i, id, cmsgpack.pack({v[7], tonumber(v[6]), tonumber(v[9]), v[10],
+                                             v[11], tonumber(v[8]), tonumber(v[2]),
+                                             tonumber(v[12] or '0')}))
 end
 
 -- A holder exists only when both its expiry and its info do. Half of one

@@ -87,7 +87,7 @@ def grant(lock, id, fence, ttl, t0, mode, limit, src, hold=0):
     fence = int(fence); ttl = int(ttl); hold = int(hold)
     if hold < 0 or (hold > 0 and ttl > hold): viol.append('lifetime %d past the hold %d %s' % (ttl, hold, src))
     if id not in held: opf.append((lock, fence, id, src))
-    held[id] = dict(lock=lock, mode=mode, limit=limit, exp=t0 + ttl, fence=fence)
+    held[id] = dict(lock=lock, mode=mode, limit=limit, exp=t0 + ttl, fence=fence, seq=held.get(id, {}).get('seq', 0))
     waiting.pop(id, None)
 def check_me(t):
     for L in LOCKS:
@@ -164,7 +164,13 @@ for step in range(steps):
             cands = [i for i, h in held.items() if h['lock'] == L]
             if not cands: continue
             id_ = random.choice(cands)
-            rep = r.cmd('EVALSHA', sha['release'], 7, *keys7(L), *ctx(L, b), id_, random.choice(['0','1']))
+            h = held[id_]; h['seq'] = h.get('seq', 0) + 1
+            args = (id_, random.choice(['0','1']), h['seq'])
+            rep = r.cmd('EVALSHA', sha['release'], 7, *keys7(L), *ctx(L, b), *args)
+            if rep[0] > 0 and random.random() < 0.3:
+                # a repeat (its first reply lost) changes nothing
+                rep2 = r.cmd('EVALSHA', sha['release'], 7, *keys7(L), *ctx(L, b), *args)
+                if rep2[0] != rep[0]: viol.append('release repeat %s -> %s' % (rep[0], rep2[0]))
             if rep[0] == 0: held.pop(id_, None)
             elif rep[0] == -1: held.pop(id_, None)
             take_grants(L, rep[1:], t0)
@@ -180,7 +186,11 @@ for step in range(steps):
             cands = [i for i, h in held.items() if h['lock'] == L]
             if not cands: continue
             id_ = random.choice(cands)
-            rep = r.cmd('EVALSHA', sha['reenter'], 3, *keys7(L)[:3], id_)
+            h = held[id_]; h['seq'] = h.get('seq', 0) + 1
+            rep = r.cmd('EVALSHA', sha['reenter'], 3, *keys7(L)[:3], id_, h['seq'])
+            if rep[0] > 0 and random.random() < 0.3:
+                rep2 = r.cmd('EVALSHA', sha['reenter'], 3, *keys7(L)[:3], id_, h['seq'])
+                if rep2[0] != rep[0] and rep2[0] >= 0: viol.append('reenter repeat %s -> %s' % (rep[0], rep2[0]))
             if rep[0] < 0: held.pop(id_, None)
         elif op < 0.90:
             if b == 'b3' and (step // 200) % 2 == 1: continue

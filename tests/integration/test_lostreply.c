@@ -23,9 +23,11 @@
 #include <string.h>
 
 /* Redis sleeps sleep_ms; send(arg) runs meanwhile (the client's requests
- * reach Redis and wait there); then every command connection of the
- * brokers is killed, right after Redis ran what they sent. */
-static void lose_replies(lb_redis *r, int sleep_ms, void (*send)(void *), void *arg)
+ * reach Redis and wait there); every command connection of the brokers is
+ * killed when Redis wakes: right after Redis ran what they sent (their
+ * replies are lost), or, with before, right before (what they sent is
+ * lost unread). */
+static void kill_around(lb_redis *r, int sleep_ms, bool before, void (*send)(void *), void *arg)
 {
 	long long ids[64];
 	size_t n = lb_redis_broker_conns(r, ids, 64, false);
@@ -36,12 +38,22 @@ static void lose_replies(lb_redis *r, int sleep_ms, void (*send)(void *), void *
 	cr_assert_gt(n, 0, "no broker connection in CLIENT LIST");
 	sleeper = lb_redis_send_async(r, "DEBUG SLEEP %.3f", sleep_ms / 1000.0);
 	lb_sleep_ms(50);
+	/* Redis reads the sockets in the order they became readable. */
+	for (size_t k = 0; before && k < n; k++)
+		lb_redis_async_also(killer, "CLIENT KILL ID %lld", ids[k]);
+	if (before)
+		lb_sleep_ms(50);
 	send(arg);
 	lb_sleep_ms(200); /* the broker wrote the request to Redis */
-	for (size_t k = 0; k < n; k++)
+	for (size_t k = 0; !before && k < n; k++)
 		lb_redis_async_also(killer, "CLIENT KILL ID %lld", ids[k]);
 	lb_redis_async_wait(sleeper, 1);
 	lb_redis_async_wait(killer, (int)n);
+}
+
+static void lose_replies(lb_redis *r, int sleep_ms, void (*send)(void *), void *arg)
+{
+	kill_around(r, sleep_ms, false, send, arg);
 }
 
 struct send_req {
@@ -164,5 +176,202 @@ LB_TEST(lostreply, an_extend_overlapping_a_renewal_keeps_the_renewals, 40)
 	cr_assert_leq(lb_int(e, "ttl_ms"), 3000);
 	expect_kept(a, o, "ov", 5000);
 	lb_release(a, lease);
+	lb_end();
+}
+
+static json_t *wait_id(lb_client *c, const char *id)
+{
+	json_t *j = json_string(id), *resp = lb_wait_response(c, j, 15000);
+
+	json_decref(j);
+	return resp;
+}
+
+/* A release that ran but whose reply was lost answers what happened (it
+ * was resent: count 0), not unavailable; the lock is free. */
+LB_TEST(lostreply, a_release_whose_reply_was_lost_answers_released, 40)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *a = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_TCP);
+	const char *lease = lb_must_acquire(a, "rl", 30000);
+	char line[256];
+	struct send_req q = {a, line};
+	json_t *rl;
+
+	snprintf(line, sizeof(line), "{\"id\":\"rl\",\"op\":\"release\",\"lease\":\"%s\"}", lease);
+	lose_replies(r, 1000, send_line, &q);
+	rl = wait_id(a, "rl");
+	lb_expect_ok(rl);
+	cr_assert_eq(lb_int(rl, "count"), 0);
+	cr_assert_null(lb_next_event(a, 300), "an event after a release");
+	lb_expect_ok(lb_acquire_within(o, "rl", 5000, 5000));
+	lb_end();
+}
+
+/* The same for one level of a lease held twice: it counts once. */
+LB_TEST(lostreply, a_reentrant_release_whose_reply_was_lost_counts_once, 40)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *a = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_TCP);
+	const char *lease = lb_must_acquire(a, "rr", 30000);
+	char line[256];
+	struct send_req q = {a, line};
+	json_t *rl;
+
+	cr_assert_eq(lb_int(lb_try_acquire(a, "rr", 30000), "count"), 2);
+	snprintf(line, sizeof(line), "{\"id\":\"rl\",\"op\":\"release\",\"lease\":\"%s\"}", lease);
+	lose_replies(r, 1000, send_line, &q);
+	rl = wait_id(a, "rl");
+	lb_expect_ok(rl);
+	cr_assert_eq(lb_int(rl, "count"), 1, "released twice: %s", lb_dump(rl));
+	lb_expect_err(lb_try_acquire(o, "rr", 1000), "timeout");
+	cr_assert_eq(lb_release(a, lease), 0);
+	lb_expect_ok(lb_try_acquire(o, "rr", 1000));
+	lb_end();
+}
+
+/* A re-entry whose reply was lost counts once too. */
+LB_TEST(lostreply, a_reentry_whose_reply_was_lost_counts_once, 40)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *a = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_TCP);
+	const char *lease = lb_must_acquire(a, "re", 30000);
+	struct send_req q = {a, "{\"id\":\"re\",\"op\":\"acquire\",\"lock\":\"re\",\"wait_ms\":0}"};
+	json_t *g;
+
+	lose_replies(r, 1000, send_line, &q);
+	g = wait_id(a, "re");
+	lb_expect_ok(g);
+	cr_assert_eq(lb_int(g, "count"), 2, "%s", lb_dump(g));
+	cr_assert_eq(lb_release(a, lease), 1);
+	lb_expect_err(lb_try_acquire(o, "re", 1000), "timeout");
+	cr_assert_eq(lb_release(a, lease), 0);
+	lb_expect_ok(lb_try_acquire(o, "re", 1000));
+	lb_end();
+}
+
+/* An extend whose reply was lost is extended (and kept), not unavailable. */
+LB_TEST(lostreply, an_extend_whose_reply_was_lost_answers_extended, 40)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *a = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_TCP);
+	json_t *g = lb_call(a, "{s:s, s:s, s:i, s:i, s:b}", "op", "acquire", "lock", "ex", "ttl_ms", 2000,
+	                    "wait_ms", 0, "watchdog", 0);
+	char line[256];
+	struct send_req q = {a, line};
+	json_t *e;
+
+	lb_expect_ok(g);
+	snprintf(line, sizeof(line), "{\"id\":\"ex\",\"op\":\"extend\",\"lease\":\"%s\",\"ttl_ms\":8000}",
+	         lb_str(g, "lease"));
+	lose_replies(r, 1000, send_line, &q);
+	e = wait_id(a, "ex");
+	lb_expect_ok(e);
+	cr_assert_gt(lb_int(e, "ttl_ms"), 5000, "%s", lb_dump(e));
+	expect_kept(a, o, "ex", 3000);
+	lb_end();
+}
+
+/* A try whose reply was lost answers what it got: the grant. */
+LB_TEST(lostreply, a_try_whose_reply_was_lost_answers_granted, 40)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *a = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_TCP);
+	struct send_req q = {a, "{\"id\":\"tr\",\"op\":\"acquire\",\"lock\":\"tr\",\"wait_ms\":0,\"ttl_ms\":3000}"};
+	json_t *g;
+
+	lose_replies(r, 1000, send_line, &q);
+	g = wait_id(a, "tr");
+	cr_assert(lb_is_ok(g), "a try that took the lock answered %s", lb_dump(g));
+	expect_kept(a, o, "tr", 4000);
+	lb_release(a, lb_str(g, "lease"));
+	lb_end();
+}
+
+/* A cancel whose withdraw never reached Redis (its connection was killed
+ * before Redis read it): the withdraw is sent again, so the queue entry
+ * does not wait for its heartbeat deadline, and nothing is granted to it. */
+LB_TEST(lostreply, a_withdraw_that_never_ran_is_sent_again, 40)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *h = lb_connect(b, LB_TCP), *w = lb_connect(b, LB_TCP);
+	const char *lease = lb_must_acquire(h, "wd", 30000);
+	struct send_req q = {w, "{\"id\":\"cx\",\"op\":\"cancel\",\"target\":\"wa\"}"};
+	json_t *c, *a;
+	int64_t t0;
+
+	lb_send_line(w, "{\"id\":\"wa\",\"op\":\"acquire\",\"lock\":\"wd\",\"wait_ms\":30000}");
+	lb_wait_waiters(h, "wd", 1, 5000);
+	kill_around(r, 600, true, send_line, &q);
+	c = wait_id(w, "cx");
+	cr_assert(lb_bool(c, "cancelled"));
+	a = wait_id(w, "wa");
+	lb_expect_err(a, "cancelled");
+	t0 = lb_now_ms();
+	for (;;) {
+		json_t *in = lb_call(h, "{s:s, s:s}", "op", "inspect", "lock", "wd");
+		if ((lb_is_ok(in) && lb_int(in, "waiters") == 0) || lb_now_ms() - t0 > 4000)
+			break;
+		lb_sleep_ms(50); /* waiting, or the broker is reconnecting */
+	}
+	cr_assert_eq(lb_inspect_waiters(h, "wd"), 0, "the queue entry outlived its withdraw");
+	cr_assert_lt(lb_now_ms() - t0, 2500, "the entry stayed until its heartbeat deadline");
+	cr_assert_eq(lb_release(h, lease), 0);
+	lb_expect_free(h, "wd");
+	lb_end();
+}
+
+/* A heartbeat that granted a waiter and whose reply was lost: the next
+ * heartbeat finds the grant ("already") and the waiter gets the lock,
+ * which nobody else gets meanwhile. Two brokers, so the grant is made by
+ * the waiter's broker's heartbeat (the releaser's broker only wakes it). */
+LB_TEST(lostreply, a_heartbeat_whose_reply_was_lost_grants_later, 40)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b1 = lb_broker_start(r, NULL), *b2 = lb_broker_start(r, NULL);
+	lb_client *h = lb_connect(b1, LB_TCP), *w = lb_connect(b2, LB_TCP), *o = lb_connect(b1, LB_TCP);
+	const char *lease = lb_must_acquire(h, "hb", 30000);
+	char line[256];
+	struct send_req q = {h, line};
+	json_t *g;
+
+	lb_send_line(w, "{\"id\":\"wa\",\"op\":\"acquire\",\"lock\":\"hb\",\"ttl_ms\":3000}");
+	lb_wait_waiters(h, "hb", 1, 5000);
+	snprintf(line, sizeof(line), "{\"id\":\"rl\",\"op\":\"release\",\"lease\":\"%s\"}", lease);
+	/* The release and the waiter's safety-net heartbeat (every second)
+	 * both wait in Redis, then both replies are lost. */
+	lose_replies(r, 1600, send_line, &q);
+	lb_expect_ok(wait_id(h, "rl"));
+	g = wait_id(w, "wa");
+	lb_expect_ok(g);
+	expect_kept(w, o, "hb", 4000);
+	lb_release(w, lb_str(g, "lease"));
+	lb_end();
+}
+
+/* Redis stalls past the command timeout while a release is on its way:
+ * the release runs when Redis resumes, and the answer says so. */
+LB_TEST(lostreply, a_release_through_a_stall_answers_released, 40)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *a = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_TCP);
+	const char *lease = lb_must_acquire(a, "st", 30000);
+	json_t *id, *rl;
+
+	cr_assert_eq(kill(lb_redis_pid(r), SIGSTOP), 0);
+	id = lb_send_req(a, "{s:s, s:s}", "op", "release", "lease", lease);
+	lb_sleep_ms(2500);
+	cr_assert_eq(kill(lb_redis_pid(r), SIGCONT), 0);
+	rl = lb_wait_response(a, id, 15000);
+	cr_assert(lb_is_ok(rl), "the release ran but answered %s", lb_dump(rl));
+	cr_assert_eq(lb_int(rl, "count"), 0);
+	lb_expect_ok(lb_acquire_within(o, "st", 5000, 5000));
 	lb_end();
 }
