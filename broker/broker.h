@@ -33,6 +33,9 @@
 #define LB_FENCE_RETENTION_STR "60000"
 /* How long a detached lease's token -> name pointer outlives its TTL. */
 #define LB_INDEX_MARGIN_MS 60000
+/* A detached acquire granted this long after its pointer was stored
+ * stores it again, for the lifetime granted, before it answers. */
+#define LB_INDEX_REFRESH_MS 1000
 /* How long a request whose reply was lost (it may or may not have run) is
  * sent again until Redis answers it: the longest a lease can live without
  * renewal, after which it has ended whatever happened. */

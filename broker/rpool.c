@@ -785,7 +785,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 	}
 	if (reply && c->reloading && reply->type != REDIS_REPLY_ERROR)
 		LOG(LOG_WARN, "msg=\"a command ran after an earlier one found no script\" conn=%d", c->idx);
-	if (!reply && cmd->retry_until && !P.closing) {
+	if (!reply && cmd->retry_until > timers_now() && !P.closing) {
 		/* Its fate is unknown: sent again (it is idempotent). */
 		cmd->replayed = true;
 		dispatch(cmd);

@@ -52,6 +52,11 @@
  * another broker's waiter, and that broker's heartbeat, wait for all of
  * them (rw convoy at 64 clients: cross-broker handoff p99 3-4 ms). */
 #define ACQUIRE_INFLIGHT_MAX 4
+/* A try whose reply was lost is sent again for this long after it was
+ * first sent; then (Redis stalls) it answers timeout. The command timeout:
+ * a connection that stalls longer is dropped, so a lost reply is known by
+ * then. */
+#define TRY_RESOLVE_MS 2000
 
 typedef enum waiter_state {
 	W_CHAINED,
@@ -93,6 +98,7 @@ struct waiter {
 	waiter_t *held_prev, *held_next;
 	bool pending;     /* counted in Q.pending: wants the lock, unanswered */
 	bool pointer_set; /* detached: its token -> name pointer is stored */
+	uint64_t pointer_at; /* when that pointer was sent */
 	timer_ent_t deadline;
 	uint64_t sent_at;
 	uint64_t created_at; /* for the acquire wait-time metric */
@@ -111,6 +117,7 @@ struct waiter {
 
 struct wlock {
 	htab_node_t by_name;
+	uint64_t serial; /* tells this wlock from a later one of the same name */
 	char *name;
 	size_t len;
 	waiter_t *head, *tail;
@@ -129,6 +136,7 @@ static struct {
 	size_t count;   /* waiters in memory, ended ones included */
 	size_t pending; /* of those, the ones still wanting the lock (stats,
 	                 * --max-waiters) */
+	uint64_t serials; /* the last wlock serial handed out */
 } Q;
 
 static void waiter_send(waiter_t *w);
@@ -192,6 +200,7 @@ static wlock_t *wlock_get(const char *name, size_t len)
 	if (wl)
 		return wl;
 	wl = xcalloc(1, sizeof(*wl));
+	wl->serial = ++Q.serials;
 	wl->name = xstrndup(name, len);
 	wl->len = len;
 	timer_init(&wl->timer, on_wlock_timer);
@@ -236,8 +245,10 @@ static void on_deadline(timer_ent_t *t);
 /* w no longer wants the lock (answered, ended): out of stats' count. */
 static void unpend(waiter_t *w)
 {
-	if (w->pending)
+	if (w->pending) {
 		Q.pending--;
+		w->s->nwaiters--;
+	}
 	w->pending = false;
 }
 
@@ -335,7 +346,6 @@ static void waiter_free(waiter_t *w)
 		s->waiters = w->s_next;
 	if (w->s_next)
 		w->s_next->s_prev = w->s_prev;
-	s->nwaiters--;
 	Q.count--;
 
 	json_decref(w->req_id);
@@ -381,6 +391,28 @@ static void answer_end(waiter_t *w)
 	}
 }
 
+/* lead's acquire came back without a grant and it waits on (queued in
+ * Redis, or to be sent again): a try chained behind it answers now, busy. */
+static void answer_tries_behind(waiter_t *lead)
+{
+	waiter_t **pp = &lead->followers;
+
+	while (*pp) {
+		waiter_t *f = *pp;
+
+		if (f->wait) {
+			pp = &f->chain_next;
+			continue;
+		}
+		*pp = f->chain_next;
+		f->chain_next = NULL;
+		f->leader = NULL;
+		server.stats.timeouts_total++;
+		answer_error(f, LB_E_TIMEOUT, "the lock is busy (this session's own acquire of it is waiting)");
+		waiter_free(f);
+	}
+}
+
 /* w ends without a lease (answered already): the first acquire chained
  * behind it goes on as an acquire of its own, the others behind that one. */
 static void finish_failed(waiter_t *w)
@@ -403,6 +435,68 @@ static void finish_failed(waiter_t *w)
 		holder_index_add(lead);
 		waiter_send(lead);
 	}
+}
+
+/* A detached grant that waits for its pointer to be stored again before
+ * it is answered (see grant_to). Holds an op reference on the session. */
+struct pointer_refresh {
+	session_t *s;
+	json_t *id; /* own reference, or NULL */
+	uint64_t created_at;
+	uint64_t ends_at; /* when the grant ends by its TTL */
+	resp_acquired_t ans;
+	char token[LEASE_TOKEN_LEN + 1];
+	size_t len;
+	char lock[];
+};
+
+static void on_pointer_refreshed(const redisReply *r, void *priv)
+{
+	struct pointer_refresh *p = priv;
+
+	p->ans.lease = p->token;
+	p->ans.lock = (lb_str_t){p->lock, p->len};
+	if (rpool_reply_failed(r) || !session_open(p->s)) {
+		/* Not usable by its token, or nobody to take it: given back. */
+		lease_release_in_redis(p->lock, p->len, p->token, p->ends_at);
+		server.stats.released_total++;
+		metrics_acquire(LB_E_UNAVAILABLE, timers_now() - p->created_at);
+		session_send_error(p->s, p->id, LB_E_UNAVAILABLE,
+		                   "Redis did not store the lease's token; the grant was given back");
+	} else {
+		metrics_acquire(LB_OK, timers_now() - p->created_at);
+		session_send_acquired(p->s, p->id, &p->ans);
+	}
+	json_decref(p->id);
+	session_op_end(p->s);
+	free(p);
+}
+
+/* A detached lease is released and extended by its token through its
+ * pointer, stored before the acquire for ttl + margin: one granted after a
+ * long wait would outlive it. Stored again for what Redis granted, then
+ * answered; false when it could not be sent (w is answered as usual). */
+static bool refresh_pointer_then_answer(waiter_t *w, const resp_acquired_t *ans)
+{
+	struct pointer_refresh *p = xmalloc(sizeof(*p) + w->wl->len);
+	char ms[24];
+
+	p->s = w->s;
+	p->id = w->req_id ? json_incref(w->req_id) : NULL;
+	p->created_at = w->created_at;
+	p->ends_at = timers_now() + (uint64_t)ans->ttl_ms + LEASE_RELEASE_SLACK_MS;
+	p->ans = *ans;
+	memcpy(p->token, w->id, sizeof(p->token));
+	p->len = w->wl->len;
+	memcpy(p->lock, w->wl->name, w->wl->len);
+	snprintf(ms, sizeof(ms), "%" PRId64, ans->ttl_ms + LB_INDEX_MARGIN_MS);
+	session_op_begin(p->s);
+	if (lockops_index_set(w->id, w->wl->name, w->wl->len, ms, on_pointer_refreshed, p) == 0)
+		return true;
+	session_op_end(p->s);
+	json_decref(p->id);
+	free(p);
+	return false;
 }
 
 /* w is granted the lock: a lease for its session, the answer, and every
@@ -437,8 +531,13 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 		              w->ttl_ms, ttl_granted, hold_ms, w->watchdog, sent_at);
 	LOG(LOG_DEBUG, "msg=\"acquired\" session=%s lease=%s fence=%" PRId64 "%s", s->name,
 	    log_token(w->id, tb), fence, w->detach ? " detached=1" : "");
-	metrics_acquire(LB_OK, timers_now() - w->created_at);
-	session_send_acquired(s, w->req_id, &ans);
+	if (w->detach && timers_now() - w->pointer_at >= LB_INDEX_REFRESH_MS &&
+	    refresh_pointer_then_answer(w, &ans)) {
+		/* answered once the pointer is stored */
+	} else {
+		metrics_acquire(LB_OK, timers_now() - w->created_at);
+		session_send_acquired(s, w->req_id, &ans);
+	}
 
 	for (waiter_t *f = w->followers, *next; f; f = next) {
 		next = f->chain_next;
@@ -615,15 +714,21 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 			w->state = W_QUEUED;
 			w->unsent = true;
 			wlock_arm(w->wl, timers_now() + LOCK_SAFETY_NET_MS);
+			answer_tries_behind(w);
 			return;
 		}
-		/* A try resent until a grant of it would have ended: by now,
-		 * nothing it may have taken is left but what the withdraw
-		 * takes back. */
-		if (w->end == WEND_NONE)
-			answer_error(w, LB_E_UNAVAILABLE, "Redis did not answer the request in time");
-		else
+		/* An error from Redis: the script did not run. No reply: a try
+		 * was resent for TRY_RESOLVE_MS and its fate is still unknown
+		 * (Redis stalls): like a wait that ran out, it answers timeout,
+		 * and what it may have taken is given back below. */
+		if (w->end != WEND_NONE) {
 			answer_end(w);
+		} else if (r) {
+			answer_error(w, LB_E_UNAVAILABLE, "Redis answered the request with an error");
+		} else {
+			server.stats.timeouts_total++;
+			answer_error(w, LB_E_TIMEOUT, "Redis did not answer in time; anything the try took is given back");
+		}
 		w->state = W_QUEUED;
 		withdraw_quietly(w); /* the script may have run: a grant or a queue entry */
 		finish_failed(w);
@@ -648,6 +753,7 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 	if (status == 0 && w->wait && w->end == WEND_NONE) {
 		uint64_t now = timers_now();
 		wlock_arm(w->wl, now + (a > 0 && a < LOCK_SAFETY_NET_MS ? (uint64_t)a + 1 : LOCK_SAFETY_NET_MS));
+		answer_tries_behind(w);
 		return;
 	}
 	if (status == 0 && w->wait) {
@@ -673,6 +779,13 @@ static void on_pointer_stored(const redisReply *r, void *priv)
 
 	session_op_end(w->s);
 	w->state = W_QUEUED;
+	if (rpool_reply_failed(r) && w->was_sent && w->wait && w->end == WEND_NONE) {
+		/* Stored again for a waiter queued again: it waits on, and the
+		 * next heartbeat tries again. */
+		w->unsent = true;
+		wlock_arm(w->wl, timers_now() + LOCK_SAFETY_NET_MS);
+		return;
+	}
 	if (rpool_reply_failed(r)) {
 		if (w->end == WEND_NONE)
 			answer_error(w, LB_E_UNAVAILABLE, "Redis did not answer the request");
@@ -682,6 +795,7 @@ static void on_pointer_stored(const redisReply *r, void *priv)
 		return;
 	}
 	w->pointer_set = true;
+	w->pointer_at = w->sent_at;
 	if (w->end != WEND_NONE) {
 		answer_end(w);
 		finish_failed(w);
@@ -699,7 +813,10 @@ static void waiter_send(waiter_t *w)
 	wlock_t *wl = w->wl;
 
 	REQUIRE(!w->held);
-	if ((w->detach && !w->pointer_set) ||
+	/* A try goes out at once: it answers now and queues nothing, so it
+	 * holds up no other broker's wake-up, and held it could wait for a
+	 * burst of others to be answered first. */
+	if ((w->detach && !w->pointer_set) || !w->wait ||
 	    (wl->acq_inflight < ACQUIRE_INFLIGHT_MAX && !wl->held_head)) {
 		waiter_send_now(w);
 		return;
@@ -773,10 +890,10 @@ static void waiter_send_now(waiter_t *w)
 		lockscript_str(&ls, w->fair ? "1" : "0");
 		lockscript_int(&ls, server.cfg->max_queue);
 		/* A try is repeatable (the script knows its id): after a lost
-		 * reply it is sent again until a grant of it would have ended. A
-		 * waiting acquire is resent by its lock's heartbeat instead. */
+		 * reply it is sent again for a while. A waiting acquire is
+		 * resent by its lock's heartbeat instead. */
 		if (!w->wait)
-			lockscript_retry_until(&ls, w->sent_at + (uint64_t)w->ttl_ms);
+			lockscript_retry_until(&ls, w->sent_at + TRY_RESOLVE_MS);
 		rc = lockscript_send(&ls, SCRIPT_ACQUIRE, on_acquire_reply, w);
 		if (rc == 0) {
 			w->wl->acq_inflight++;
@@ -839,14 +956,24 @@ void waitq_take_grants(const char *lock, size_t lock_len, const redisReply *r, s
 
 struct heartbeat {
 	uint64_t sent_at;
+	uint64_t serial; /* of the wlock that sent it */
 	size_t len;
 	char name[]; /* the lock */
 };
 
+/* The wlock that sent hb, if it still exists: a later wlock of the same
+ * name (all waiters ended, then a new one came) did not send it. */
+static wlock_t *sender_of(const struct heartbeat *hb)
+{
+	wlock_t *wl = wlock_find(hb->name, hb->len);
+
+	return wl && wl->serial == hb->serial ? wl : NULL;
+}
+
 static void on_heartbeat(const redisReply *r, void *priv)
 {
 	struct heartbeat *hb = priv;
-	wlock_t *wl = wlock_find(hb->name, hb->len);
+	wlock_t *wl = sender_of(hb);
 	int64_t retry_ms, nlost;
 
 	if (wl && wl->hb_inflight > 0)
@@ -868,11 +995,14 @@ static void on_heartbeat(const redisReply *r, void *priv)
 		const redisReply *id = r->element[2 + k];
 		waiter_t *w = id->type == REDIS_REPLY_STRING ? waiter_find(id->str, id->len) : NULL;
 		/* Dropped from the queue (Redis restarted empty, or this broker
-		 * stalled past its heartbeat): queue it again, at the end. */
-		if (w && w->state == W_QUEUED && w->end == WEND_NONE && !w->unsent && !w->held)
+		 * stalled past its heartbeat): queue it again, at the end (a
+		 * detached one with its pointer, which went the same way). */
+		if (w && w->state == W_QUEUED && w->end == WEND_NONE && !w->unsent && !w->held) {
+			w->pointer_set = false;
 			waiter_send(w);
+		}
 	}
-	wl = wlock_find(hb->name, hb->len);
+	wl = sender_of(hb);
 	free(hb);
 	if (!wl)
 		return;
@@ -895,6 +1025,7 @@ static void send_heartbeat(wlock_t *wl, const char *const *ids, size_t n, uint64
 		lockscript_arg(&ls, ids[k], LEASE_TOKEN_LEN);
 	hb = xmalloc(sizeof(*hb) + wl->len);
 	hb->sent_at = now;
+	hb->serial = wl->serial;
 	hb->len = wl->len;
 	memcpy(hb->name, wl->name, wl->len);
 	if (lockscript_send(&ls, SCRIPT_HEARTBEAT, on_heartbeat, hb) < 0) {
@@ -918,8 +1049,12 @@ static void wlock_heartbeat(wlock_t *wl)
 
 	for (waiter_t *w = wl->head, *next; w; w = next) {
 		next = w->wl_next;
-		if (w->state == W_QUEUED && w->unsent && w->end == WEND_NONE)
+		if (w->state == W_QUEUED && w->unsent && w->end == WEND_NONE) {
+			/* Its acquire failed: Redis may have lost the detached
+			 * one's pointer too (a restart), so that goes first. */
+			w->pointer_set = false;
 			waiter_send(w); /* never frees wl: w stays in it */
+		}
 	}
 	for (waiter_t *w = wl->head; w; w = w->wl_next) {
 		if (w->state == W_QUEUED && !w->unsent && !w->held)
@@ -999,10 +1134,21 @@ void waitq_acquire(session_t *s, const json_t *id, const req_acquire_t *a, int64
 		session_send_error(s, id, LB_E_UPGRADE_UNSUPPORTED, NULL);
 		return;
 	}
+	if (lead && a->wait_ms == 0 && lead->state != W_SENDING) {
+		/* A try behind an acquire of its own holder that waits in Redis:
+		 * the lock is busy now, and a try answers now. */
+		server.stats.timeouts_total++;
+		metrics_acquire(LB_E_TIMEOUT, 0);
+		session_send_error(s, id, LB_E_TIMEOUT,
+		                   "the lock is busy (this session's own acquire of it is waiting)");
+		return;
+	}
 	w = waiter_new(s, id, a, ttl_ms);
 	if (lead) {
 		/* Behind the pending acquire of the same holder: re-enters its
-		 * lease once granted, never waits on itself in Redis. */
+		 * lease once granted, never waits on itself in Redis (a try
+		 * waits for that acquire's first answer only: see
+		 * answer_tries_behind). */
 		waiter_t **pp = &lead->followers;
 		while (*pp)
 			pp = &(*pp)->chain_next;

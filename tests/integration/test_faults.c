@@ -460,7 +460,7 @@ LB_TEST(faults, redis_sigstop_longer_than_ttl, 60)
 	cr_assert_str_eq(lb_str(ev, "reason"), "redis_unavailable", "%s", lb_dump(ev));
 	cr_assert_leq(el, 1000 + 400, "lost %lld ms after the freeze, ttl 1000", (long long)el);
 	resp = lb_wait_response(probe, id, 4000);
-	lb_expect_err(resp, "unavailable");
+	lb_expect_err(resp, "timeout"); /* its fate unknown: see test_resilience.c */
 	cr_assert_leq(lb_now_ms() - ts, 3000, "unavailable took %lld ms",
 	              (long long)(lb_now_ms() - ts));
 	cr_log_info("lost after %lld ms, unavailable after %lld ms", (long long)el,
