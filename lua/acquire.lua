@@ -129,7 +129,7 @@ if may then
   return finish(K, C, {1, fence, t, hold}, granted)
 end
 
-local retry = blocked_for(list, mode, C.now_ms)
+local retry = look_again(C, blocked_for(list, mode, C.now_ms))
 if not wait then return finish(K, C, {0, retry}, granted) end
 if not queued then
   if nqueued >= max_queue then

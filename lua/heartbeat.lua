@@ -3,7 +3,8 @@
 -- the slow safety net (so it doubles as the waiters' heartbeat).
 -- KEYS: all seven. ARGV: the context, then the waiter ids.
 -- Returns {retry_ms, nlost, lost ids..., grants...}: retry_ms until the
--- holders may expire (0: nothing held); lost ids are neither queued nor
+-- holders may expire or a reserved waiter's broker is to be checked again
+-- (0: neither); lost ids are neither queued nor
 -- holding (dropped, e.g. Redis restarted empty or the broker stalled past
 -- its heartbeat): their broker queues them again. Grants follow,
 -- GRANT_WIDTH values each, and include ids that hold the lock already
@@ -51,6 +52,6 @@ for _, v in ipairs(already) do granted[#granted + 1] = v end
 -- The first expiry: the earliest moment anything may become free (a
 -- permit, a shared holder), whatever the waiters want.
 local first = redis.call('ZRANGE', K.h, 0, 0, 'WITHSCORES')
-local reply = {#first > 0 and tonumber(first[2]) - C.now_ms or 0, #lost}
+local reply = {look_again(C, #first > 0 and tonumber(first[2]) - C.now_ms or 0), #lost}
 for _, id in ipairs(lost) do reply[#reply + 1] = id end
 return finish(K, C, reply, granted)

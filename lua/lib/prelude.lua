@@ -30,7 +30,10 @@
 --   5 P{NAME}:w  hash   waiter id -> cmsgpack {mode, limit, ttl, owner,
 --                       client, max-hold ms, broker id}
 --   6 P{NAME}:d  zset   waiter id -> heartbeat deadline, Redis time in ms
---   7 P{NAME}:s  hash   'seq' last arrival number, 'xw' exclusive waiters
+--   7 P{NAME}:s  hash   'seq' last arrival number, 'xw' exclusive waiters,
+--                       'wk:'B when broker B was last woken (ms), 'dx:'B
+--                       when B's waiters here are dropped (B is deaf: see
+--                       "Waking")
 -- mode: 'x' exclusive, 's' shared, 'p' semaphore permit (limit > 0).
 -- Holder and waiter ids are lease tokens: a waiter keeps its id when it is
 -- granted.
@@ -71,6 +74,18 @@
 -- then runs heartbeat.lua and grants it. So a grant is always made by a
 -- script its own broker sent, and the broker's send time bounds the
 -- lease's expiry from below.
+--
+-- A broker that died leaves its waiters queued until their heartbeat
+-- deadline (seconds), and the one at the head reserves the lock for
+-- nobody. PUBLISH says how many subscribers got the wake: none means the
+-- broker's inbox is gone (it died, or its inbox is reconnecting). Then its
+-- waiters here get DEAF_GRACE_MS: a live broker's own heartbeat (every
+-- second) clears the mark and grants them; past it, the next promote drops
+-- every one of them it meets. A woken broker that has not run promote
+-- within REWAKE_MS is woken again, which checks it again. Scripts that
+-- meet a reserved waiter tell their caller when to look again (C.look_at),
+-- so a live waiter behind a dead one is granted about DEAF_GRACE_MS after
+-- the lock became free for it.
 
 -- Now in ms and in us, from t (a TIME reply a fast path already took) or
 -- from a TIME call.
@@ -257,9 +272,9 @@ local function retime_queue(K, C)
   local until_ms = tonumber(top[2]) + 1000
   local qz
   if C.clear_wk then
-    local v = redis.call('HMGET', K.s, 'qz', 'wk:' .. C.broker)
+    local v = redis.call('HMGET', K.s, 'qz', 'wk:' .. C.broker, 'dx:' .. C.broker)
     qz = v[1]
-    if v[2] then redis.call('HDEL', K.s, 'wk:' .. C.broker) end
+    if v[2] or v[3] then redis.call('HDEL', K.s, 'wk:' .. C.broker, 'dx:' .. C.broker) end
   else
     qz = redis.call('HGET', K.s, 'qz')
   end
@@ -331,6 +346,31 @@ end
 -- A grant for a waiter, in every script's reply: {id, fence, ttl_ms, hold_ms}.
 local GRANT_WIDTH = 4
 
+-- See "Waking" above.
+local REWAKE_MS = 300
+local DEAF_GRACE_MS = 1200
+
+-- Broker b has a waiter at the front of the queue that fits: is b alive?
+-- Wakes b (again, when its last wake is REWAKE_MS old), marks it deaf when
+-- nobody got the wake, and notes in C.look_at when to look again. Returns
+-- false when b's waiters here are to be dropped.
+local function wake(K, C, b)
+  local v = redis.call('HMGET', K.s, 'wk:' .. b, 'dx:' .. b)
+  local wk, dx = tonumber(v[1]), tonumber(v[2])
+  if dx and dx <= C.now_ms then return false end
+  if not wk or C.now_ms - wk >= REWAKE_MS then
+    wk = C.now_ms
+    redis.call('HSET', K.s, 'wk:' .. b, wk)
+    if redis.call('PUBLISH', C.prefix .. 'inbox:' .. b, C.name) == 0 and not dx then
+      dx = C.now_ms + DEAF_GRACE_MS
+      redis.call('HSET', K.s, 'dx:' .. b, dx)
+    end
+  end
+  local at = dx or wk + REWAKE_MS
+  if not C.look_at or at < C.look_at then C.look_at = at end
+  return true
+end
+
 -- The queue is read QPAGE waiters at a time: reading all of a long queue
 -- in every script made each script's cost grow with the queue.
 local QPAGE = 32
@@ -340,13 +380,13 @@ local QPAGE = 32
 -- info a few at a time; the grants and dequeues are written together at
 -- the end (a batch of readers costs a few calls, not a few per reader). A
 -- broker is told at most once until it runs promote itself (:s 'wk:'
--- broker). list: the holders, queue: the first page of waiters (promote
--- appends the pages it reads on), first: the info of the first 4 of
--- them, when the caller has them. Returns the
--- grants made for C.broker as a flat list of GRANT_WIDTH values each
--- {id, fence, ttl_ms, hold_ms (see hold_left)}, then
--- how many were granted, whether one of them is exclusive, and how many
--- waiters were dropped for want of their info.
+-- broker), and a deaf broker's waiters are dropped (see wake). list: the
+-- holders, queue: the first page of waiters (promote appends the pages it
+-- reads on), first: the info of the first 4 of them, when the caller has
+-- them. Returns the grants made for C.broker as a flat list of
+-- GRANT_WIDTH values each {id, fence, ttl_ms, hold_ms (see hold_left)},
+-- then how many were granted, whether one of them is exclusive, and how
+-- many waiters were dropped (their info missing, their broker deaf).
 local function promote(K, C, list, queue, first)
   local out, woken = {}, {}
   local nheld, xheld = count_holders(list or holders(K.h, K.i))
@@ -356,7 +396,7 @@ local function promote(K, C, list, queue, first)
   -- go out. Left set, it would silence the wake of its next waiter.
   -- (retime_queue clears the mark, in the call that reads :s anyway.)
   if #queue > 0 then C.clear_wk = true end
-  local zadd, hset, gone, xgone = {}, {}, {}, 0
+  local zadd, hset, gone, xgone, nmissing = {}, {}, {}, 0, 0
   local ngranted, xgranted = 0, false
   local infos, stop = {}, false
   local n = 1
@@ -372,6 +412,15 @@ local function promote(K, C, list, queue, first)
       local wi = infos[k] and cmsgpack.unpack(infos[k])
       if not wi then
         gone[#gone + 1] = id
+        nmissing = nmissing + 1
+      elseif woken[wi[7]] == nil and wi[7] ~= C.broker and fits(wi[1], wi[2], nheld, xheld) then
+        woken[wi[7]] = wake(K, C, wi[7])
+      end
+      if not wi then
+        -- dropped above
+      elseif woken[wi[7]] == false then
+        gone[#gone + 1] = id -- its broker is deaf: dropped
+        if wi[1] == 'x' then xgone = xgone + 1 end
       else
         if not fits(wi[1], wi[2], nheld, xheld) then stop = true; break end
         if wi[7] == C.broker then
@@ -388,11 +437,6 @@ local function promote(K, C, list, queue, first)
           out[#out + 1] = fence
           out[#out + 1] = expiry - C.now_ms
           out[#out + 1] = hold_left(C, deadline)
-        elseif not woken[wi[7]] then
-          woken[wi[7]] = true
-          if redis.call('HSETNX', K.s, 'wk:' .. wi[7], 1) == 1 then
-            redis.call('PUBLISH', C.prefix .. 'inbox:' .. wi[7], C.name)
-          end
         end
         nheld = nheld + 1
         if wi[1] == 'x' then xheld = true end
@@ -416,7 +460,7 @@ local function promote(K, C, list, queue, first)
     redis.call('ZREM', K.q, unpack(gone))
     redis.call('ZREM', K.d, unpack(gone))
     redis.call('HDEL', K.w, unpack(gone))
-    if #gone > ngranted then
+    if nmissing > 0 then
       recount_xw(K)
     elseif xgone > 0 then
       redis.call('HINCRBY', K.s, 'xw', -xgone)
@@ -439,6 +483,16 @@ local function finish(K, C, reply, granted)
   end
   for _, v in ipairs(granted) do reply[#reply + 1] = v end
   return reply
+end
+
+-- When the caller should look again, in ms from now (0: no hint): when a
+-- reserved waiter's broker is to be checked again (C.look_at), or sooner
+-- when holding_ms (the holders' expiry, 0 for none) comes first.
+local function look_again(C, holding_ms)
+  if not C.look_at then return holding_ms end
+  local l = math.max(C.look_at - C.now_ms, 1)
+  if holding_ms > 0 and holding_ms < l then return holding_ms end
+  return l
 end
 
 -- The ms until the holders that block a request of mode may have expired:
