@@ -3,10 +3,12 @@
  *
  * Shutdown (SIGTERM/SIGINT): RUNNING -> DRAINING: listeners close, every
  * session gets {"event":"shutdown","grace_ms":G}, new acquires answer
- * shutting_down. After G ms, or as soon as no session is left, STOPPING:
- * the remaining sessions are closed (their leases released, pipelined), the
- * Redis pool disconnects after its pending replies, and every handle is
- * closed so uv_run returns. A second signal exits at once.
+ * shutting_down; the metrics listener stays, so /readyz says 503 while the
+ * broker drains. After G ms, or as soon as no session is left, STOPPING:
+ * the remaining sessions get {"event":"closing","reason":"shutdown"} and
+ * are closed (their leases released, pipelined), the Redis pool
+ * disconnects after its pending replies, and every handle is closed so
+ * uv_run returns. A second signal exits at once.
  */
 #include "broker/broker.h"
 
@@ -16,6 +18,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "broker/dispatch.h"
 #include "broker/lease.h"
 #include "broker/listener.h"
 #include "broker/log.h"
@@ -95,9 +98,13 @@ static void finish(void)
 	timer_cancel(&server.grace);
 	for (s = server.sessions; s; s = next) {
 		next = s->next;
-		session_close(s, "broker stopping");
+		if (session_open(s))
+			session_end_with(s, "shutdown");
+		else
+			session_close(s, "broker stopping");
 	}
 	rpool_close();
+	metrics_close();
 	close_loop_handles();
 	LOG(LOG_INFO, "msg=\"stopped\"");
 }
@@ -124,7 +131,6 @@ void broker_shutdown(void)
 	LOG(LOG_INFO, "msg=\"shutting down\" grace_ms=%lld sessions=%zu",
 	    (long long)server.cfg->shutdown_grace_ms, server.nsessions);
 	listeners_close();
-	metrics_close();
 	for (session_t *s = server.sessions; s; s = s->next)
 		session_send(s, resp_event_shutdown(server.cfg->shutdown_grace_ms));
 	waitq_shutdown();
@@ -243,5 +249,6 @@ void broker_free(void)
 	session_flush_list_free();
 	lease_table_free();
 	waitq_free();
+	dispatch_free();
 	rpool_free();
 }

@@ -27,6 +27,21 @@
 static htab_t by_token;
 static htab_t by_holder;
 
+/* The tokens of leases reported lost, newest last, in a ring: a lost
+ * lease is not_held at once, without Redis (which may be down). */
+typedef struct lost_token {
+	htab_node_t node;
+	bool used;
+	uint64_t at;
+	char token[LEASE_TOKEN_LEN];
+} lost_token_t;
+
+static struct {
+	lost_token_t *ring; /* LEASE_LOST_KEPT entries, allocated on first use */
+	size_t next;
+	htab_t index;
+} lost;
+
 
 static uint32_t token_hash(const char *token, size_t len)
 {
@@ -199,6 +214,39 @@ void lease_release_in_redis(const char *lock, size_t lock_len, const char *token
 	}
 }
 
+static bool lost_match(const htab_node_t *n, const void *key)
+{
+	const lost_token_t *e = (const lost_token_t *)n;
+
+	return memcmp(e->token, key, LEASE_TOKEN_LEN) == 0;
+}
+
+static void remember_lost(const char *token)
+{
+	lost_token_t *e;
+
+	if (!lost.ring)
+		lost.ring = xcalloc(LEASE_LOST_KEPT, sizeof(*lost.ring));
+	e = &lost.ring[lost.next];
+	lost.next = (lost.next + 1) % LEASE_LOST_KEPT;
+	if (e->used)
+		htab_remove(&lost.index, &e->node);
+	e->used = true;
+	e->at = timers_now();
+	memcpy(e->token, token, LEASE_TOKEN_LEN);
+	htab_insert(&lost.index, &e->node, token_hash(token, LEASE_TOKEN_LEN));
+}
+
+bool lease_was_lost(const char *token, size_t len)
+{
+	const lost_token_t *e;
+
+	if (len != LEASE_TOKEN_LEN || !lost.ring)
+		return false;
+	e = (const lost_token_t *)htab_find(&lost.index, token_hash(token, len), lost_match, token);
+	return e && timers_now() - e->at < LEASE_LOST_KEEP_MS;
+}
+
 void lease_lost(lease_t *l, const char *reason)
 {
 	struct session *s = l->session;
@@ -209,6 +257,7 @@ void lease_lost(lease_t *l, const char *reason)
 	server.stats.lost_total++;
 	metrics_lost(reason);
 	session_send(s, resp_event_lost(l->token, (lb_str_t){l->lock, l->lock_len}, reason));
+	remember_lost(l->token);
 	if (strcmp(reason, "gone") != 0)
 		lease_release_in_redis(l->lock, l->lock_len, l->token,
 		                       l->expires_at + LEASE_RELEASE_SLACK_MS);
@@ -237,4 +286,7 @@ void lease_table_free(void)
 	FAILS_ASSERT(by_token.count == 0);
 	htab_free(&by_token);
 	htab_free(&by_holder);
+	htab_free(&lost.index);
+	free(lost.ring);
+	lost.ring = NULL;
 }

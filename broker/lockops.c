@@ -404,6 +404,7 @@ static void on_index_found(const redisReply *r, void *priv)
 	lock_step_fn step = q->step;
 
 	free(q);
+	session_prestep_end(c->s); /* after this the lock script goes out */
 	if (rpool_reply_failed(r)) {
 		fail_unavailable(c, r);
 		return;
@@ -424,10 +425,8 @@ static void with_lease(session_t *s, req_t *req, lb_str_t token, int64_t ttl_ms,
 	lease_t *l;
 	op_ctx_t *c;
 
-	if (!token_valid(token)) {
-		session_send_error(s, req->id, LB_E_NOT_HELD, NULL);
+	if (lockops_answer_locally(s, req))
 		return;
-	}
 	c = ctx_new(s, req->id);
 	memcpy(c->token, token.ptr, LEASE_TOKEN_LEN);
 	c->ttl_ms = ttl_ms;
@@ -447,11 +446,33 @@ static void with_lease(session_t *s, req_t *req, lb_str_t token, int64_t ttl_ms,
 		snprintf(ms, sizeof(ms), "%" PRId64, ttl_ms > 0 ? ttl_ms + LB_INDEX_MARGIN_MS : 0);
 		q->c = c;
 		q->step = step;
+		/* Until the lock script is sent, later requests of the session
+		 * wait: one on the same lock must not pass this one. */
+		session_prestep_begin(s);
 		if (eval_index(c->token, "get", ms, NULL, on_index_found, q) < 0) {
 			free(q);
+			session_prestep_end(s);
 			ctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
 		}
 	}
+}
+
+bool lockops_answer_locally(session_t *s, req_t *req)
+{
+	lb_str_t token;
+
+	if (req->op == OP_RELEASE)
+		token = req->u.release.lease;
+	else if (req->op == OP_EXTEND)
+		token = req->u.extend.lease;
+	else
+		return false;
+	if (token_valid(token) && !lease_was_lost(token.ptr, token.len))
+		return false;
+	/* Not a token this broker could have issued, or a lease it told its
+	 * holder was lost: not held, whatever Redis (up or not) would say. */
+	session_send_error(s, req->id, LB_E_NOT_HELD, NULL);
+	return true;
 }
 
 void lockops_release(session_t *s, req_t *req)
@@ -514,7 +535,7 @@ static void on_inspected(const redisReply *r, void *priv)
 	in.holders = holders;
 	in.nholders = n;
 	in.waiters = waiters;
-	session_send(c->s, resp_inspect(c->id, &in));
+	session_answer(c->s, c->id, resp_inspect(c->id, &in));
 	free(holders);
 	ctx_done(c);
 	return;

@@ -24,6 +24,11 @@ void lockops_reenter(struct session *s, const json_t *id, struct lease *l);
 int lockops_index_set(const char *token, const char *lock, size_t lock_len, const char *ms,
                       rpool_fn fn, void *priv);
 
+/* A release or extend that needs no Redis to be answered (a token that is
+ * not one, or one whose lease this broker reported lost): answers it and
+ * returns true; false for every other request. */
+bool lockops_answer_locally(struct session *s, req_t *req);
+
 void lockops_acquire(struct session *s, req_t *req);
 void lockops_release(struct session *s, req_t *req);
 void lockops_extend(struct session *s, req_t *req);

@@ -11,6 +11,7 @@
  */
 #include "broker/session.h"
 
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,7 @@ static void shutdown_when_written(session_t *s);
 static bool throttled(const session_t *s);
 static void on_keepalive(timer_ent_t *t);
 static void on_linger(timer_ent_t *t);
+static void on_hup_check(timer_ent_t *t);
 
 static session_t *from_handle(uv_handle_t *h)
 {
@@ -99,9 +101,11 @@ static void end_session(session_t *s, const char *why)
 	set_state(s, SESSION_CLOSING);
 	server.nsessions--;
 	timer_cancel(&s->keepalive);
+	timer_cancel(&s->hup_check);
 	if (s->reading)
 		uv_read_stop(&s->h.stream);
 	s->reading = false;
+	dispatch_session_end(s); /* parked requests are never run */
 	/* Waiters first: none of them may be granted what the session's
 	 * leases free next (both go out on the lock's connection, in order). */
 	waitq_session_end(s);
@@ -158,19 +162,29 @@ static void on_linger(timer_ent_t *t)
 	session_close(s, "linger timeout");
 }
 
+void session_end_with(session_t *s, const char *reason)
+{
+	if (s->state != SESSION_OPEN)
+		return;
+	session_send(s, resp_event_closing(reason));
+	session_close_after_flush(s, reason);
+}
+
 static void on_keepalive(timer_ent_t *t)
 {
 	session_t *s = (session_t *)((char *)t - offsetof(session_t, keepalive));
 	uint64_t due = s->last_rx + (uint64_t)s->keepalive_ms;
 
-	if (!s->reading && !s->eof) {
+	if (s->eof)
+		return; /* a half-closed client sends no more: no liveness to check */
+	if (!s->reading) {
 		/* The broker itself paused reading (backpressure): what the client
 		 * sent waits in the kernel, so silence proves nothing. */
 		s->last_rx = timers_now();
 		due = s->last_rx + (uint64_t)s->keepalive_ms;
 	}
 	if (timers_now() >= due) {
-		session_close(s, "keepalive expired");
+		session_end_with(s, "keepalive");
 		return;
 	}
 	timer_at(&s->keepalive, due);
@@ -183,6 +197,50 @@ void session_set_keepalive(session_t *s, int64_t keepalive_ms)
 		timer_at(&s->keepalive, s->last_rx + (uint64_t)keepalive_ms);
 	else
 		timer_cancel(&s->keepalive);
+}
+
+/* Did the client close its socket for good, not just its sending side?
+ * Both read as EOF. A Unix socket tells at once (POLLHUP); a TCP one only
+ * once something was written to it and the client's kernel reset the
+ * connection, so a half-closed session that waits for answers is sent
+ * {"event":"half_closed"} and looked at again. */
+static bool peer_gone(session_t *s)
+{
+	uv_os_fd_t fd;
+	struct pollfd p = {.events = POLLIN};
+
+	if (uv_fileno(&s->h.handle, &fd) != 0)
+		return false;
+	p.fd = fd;
+	return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR));
+}
+
+static void on_hup_check(timer_ent_t *t)
+{
+	session_t *s = (session_t *)((char *)t - offsetof(session_t, hup_check));
+
+	if (s->state != SESSION_OPEN)
+		return;
+	if (peer_gone(s)) {
+		session_close(s, "client gone");
+		return;
+	}
+	timer_at(&s->hup_check, timers_now() + SESSION_HUP_CHECK_MS);
+}
+
+/* The client shut down its sending side. */
+static void on_eof(session_t *s)
+{
+	s->eof = true;
+	timer_cancel(&s->keepalive);
+	if (s->unanswered == 0 && !s->parked && frame_pending(&s->frame) == 0)
+		return; /* session_process ends it */
+	if (peer_gone(s)) {
+		session_close(s, "client closed");
+		return;
+	}
+	session_send(s, resp_event_half_closed((int64_t)s->unanswered));
+	timer_at(&s->hup_check, timers_now() + SESSION_HUP_FIRST_MS);
 }
 
 static void on_write(uv_write_t *req, int status)
@@ -265,6 +323,11 @@ void session_flush_dirty(void)
 		s->dirty = false;
 		if (s->state == SESSION_OPEN)
 			flush(s);
+		/* Parked requests run here, once the replies that let them run
+		 * have had all their effects (whatever the throttle says: they
+		 * are what it counts). */
+		if (s->state == SESSION_OPEN && s->parked)
+			dispatch_resume(s);
 		if (s->state == SESSION_OPEN && !s->reading && !throttled(s))
 			session_process(s);
 		session_unref(s);
@@ -333,12 +396,19 @@ static void send_line_or(session_t *s, const char *line, size_t n, json_t *msg)
 		out_append(s, line, n);
 }
 
+void session_answer(session_t *s, const json_t *id, json_t *msg)
+{
+	session_send(s, msg);
+	dispatch_answered(s, id);
+}
+
 void session_send_acquired(session_t *s, const json_t *id, const resp_acquired_t *a)
 {
 	char line[RESP_LINE_MAX];
 	size_t n = resp_line_acquired(line, id, a);
 
 	send_line_or(s, line, n, n ? NULL : resp_acquired(id, a));
+	dispatch_answered(s, id);
 }
 
 void session_send_released(session_t *s, const json_t *id, int64_t count)
@@ -347,6 +417,7 @@ void session_send_released(session_t *s, const json_t *id, int64_t count)
 	size_t n = resp_line_released(line, id, count);
 
 	send_line_or(s, line, n, n ? NULL : resp_released(id, count));
+	dispatch_answered(s, id);
 }
 
 void session_send_extended(session_t *s, const json_t *id, int64_t ttl_ms)
@@ -355,25 +426,40 @@ void session_send_extended(session_t *s, const json_t *id, int64_t ttl_ms)
 	size_t n = resp_line_extended(line, id, ttl_ms);
 
 	send_line_or(s, line, n, n ? NULL : resp_extended(id, ttl_ms));
+	dispatch_answered(s, id);
 }
 
 void session_send_error(session_t *s, const json_t *id, lb_err_t code, const char *message)
 {
-	session_send(s, resp_error(id, code, message));
+	session_answer(s, id, resp_error(id, code, message));
 }
 
 void session_op_end(session_t *s)
 {
 	REQUIRE(s->inflight > 0);
 	s->inflight--;
-	if (s->state == SESSION_OPEN && !s->reading)
+	if (s->state == SESSION_OPEN && (!s->reading || s->parked))
 		session_kick(s);
 	session_unref(s);
 }
 
+void session_prestep_end(session_t *s)
+{
+	REQUIRE(s->presteps > 0);
+	s->presteps--;
+	if (s->state == SESSION_OPEN && s->parked)
+		session_kick(s);
+}
+
+void session_wake(session_t *s)
+{
+	if (s->state == SESSION_OPEN)
+		session_kick(s);
+}
+
 static bool throttled(const session_t *s)
 {
-	return s->inflight >= (unsigned)server.cfg->max_inflight ||
+	return s->inflight + s->nparked >= (size_t)server.cfg->max_inflight ||
 	       session_unsent(s) >= SESSION_WRITE_HIGH;
 }
 
@@ -387,6 +473,7 @@ static void session_process(session_t *s)
 	size_t len;
 	int rc;
 
+	dispatch_resume(s);
 	while (s->state == SESSION_OPEN) {
 		if (throttled(s)) {
 			if (s->reading) {
@@ -401,15 +488,19 @@ static void session_process(session_t *s)
 			continue;
 		}
 		if (rc == FRAME_TOO_LONG) {
-			session_send_error(s, NULL, LB_E_LINE_TOO_LONG, NULL);
-			session_close_after_flush(s, "line too long");
+			char msg[96];
+			snprintf(msg, sizeof(msg), "the line is longer than max_line (%zu bytes)",
+			         s->frame.max_line);
+			session_send(s, resp_error(NULL, LB_E_LINE_TOO_LONG, msg));
+			session_end_with(s, "line_too_long");
 			return;
 		}
 		if (s->eof) {
-			/* A half-close still gets the answers to what it sent; the
-			 * session (and its leases) ends once they are out. */
-			if (s->inflight == 0)
-				session_close_after_flush(s, "client closed");
+			/* A half-close still gets the answer to every request it sent,
+			 * waiting acquires included; the session (and its leases) ends
+			 * once they are out. */
+			if (s->unanswered == 0 && !s->parked)
+				session_end_with(s, "idle_half_closed");
 			return;
 		}
 		if (!s->reading) {
@@ -427,7 +518,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	if (nread == UV_EOF && s->state == SESSION_OPEN) {
 		uv_read_stop(stream);
 		s->reading = false;
-		s->eof = true;
+		on_eof(s);
 		session_process(s);
 		return;
 	}
@@ -457,6 +548,7 @@ void session_accept(uv_stream_t *listener, bool is_tcp)
 	frame_init(&s->frame, server.cfg->max_line);
 	timer_init(&s->keepalive, on_keepalive);
 	timer_init(&s->linger, on_linger);
+	timer_init(&s->hup_check, on_hup_check);
 	s->authed = server.cfg->auth_secret == NULL;
 	s->last_rx = timers_now();
 	s->next = server.sessions;
@@ -477,13 +569,13 @@ void session_accept(uv_stream_t *listener, bool is_tcp)
 	if ((int64_t)server.nconnections > server.cfg->max_connections) {
 		LOG(LOG_WARN, "msg=\"connection limit reached\" session=%s max=%lld", s->name,
 		    (long long)server.cfg->max_connections);
-		session_send_error(s, NULL, LB_E_LIMIT_EXCEEDED, "too many connections");
-		session_close_after_flush(s, "connection limit");
+		session_send(s, resp_error(NULL, LB_E_LIMIT_EXCEEDED, "too many connections"));
+		session_end_with(s, "max_connections");
 		return;
 	}
 	if (server.state != BROKER_RUNNING) {
-		session_send_error(s, NULL, LB_E_SHUTTING_DOWN, NULL);
-		session_close_after_flush(s, "shutting down");
+		session_send(s, resp_error(NULL, LB_E_SHUTTING_DOWN, NULL));
+		session_end_with(s, "shutdown");
 		return;
 	}
 	LOG(LOG_DEBUG, "msg=\"session opened\" session=%s", s->name);

@@ -14,6 +14,12 @@
  * reading and parsing; it resumes below the limits. So a client that never
  * reads its responses cannot grow the broker's memory without bound.
  *
+ * Order: requests take effect in the order they were sent (dispatch.c
+ * parks a request that would overtake an earlier one), and every request
+ * gets exactly one answer; `unanswered` counts those still owed, so a
+ * half-closed session (the client shut down its sending side) ends once
+ * the last is out.
+ *
  * Output: responses and events are appended to the session's out buffer and
  * written once per loop turn (session_flush_dirty, from the broker's check
  * handle), so a pipelined burst costs one write, not one per response. At
@@ -37,9 +43,16 @@
 #define SESSION_WRITE_LOW (256u << 10)
 #define SESSION_LINGER_MS 2000 /* how long a closing session may flush */
 #define SESSION_MAX_AUTH_FAILURES 3
+/* A half-closed session that is still owed answers checks this long after
+ * the half-close, then every SESSION_HUP_CHECK_MS, whether its client is
+ * gone for good (see session.c). */
+#define SESSION_HUP_FIRST_MS 200
+#define SESSION_HUP_CHECK_MS 1000
 
 struct lease;
 struct waiter;
+struct pending_id;
+struct parked;
 
 typedef enum session_state {
 	SESSION_OPEN,
@@ -82,20 +95,33 @@ typedef struct session {
 	uint64_t last_rx;     /* uv_now of the last bytes received */
 	timer_ent_t keepalive;
 	timer_ent_t linger;
+	timer_ent_t hup_check; /* half-closed: is the client gone for good? */
 	uv_shutdown_t shutdown_req;
 
 	struct lease *leases; /* the non-detached leases it holds */
 	size_t nleases;
 	struct waiter *waiters; /* its pending acquires (waitq.c) */
-	size_t nwaiters;
+	size_t nwaiters;        /* of those, the ones that still wait */
+
+	/* Requests (dispatch.c): */
+	size_t unanswered;          /* read and not yet answered */
+	uint64_t answers;           /* answers sent so far */
+	struct pending_id *ids;     /* ids of requests not yet answered */
+	struct parked *parked, *parked_tail; /* waiting for their turn */
+	size_t nparked;
+	unsigned presteps; /* requests on a step before their lock script (a
+	                    * detached lease's pointer): later ones wait */
 } session_t;
 
 /* Accepts a connection from a listener. */
 void session_accept(uv_stream_t *listener, bool is_tcp);
 
-/* Takes ownership of msg and queues it as one line. Dropped when the
- * session is not open. */
+/* Takes ownership of msg (an event) and queues it as one line. Dropped
+ * when the session is not open. */
 void session_send(session_t *s, json_t *msg);
+/* The same for msg, the answer to the request with this id (NULL: none):
+ * every request gets one answer, through this or the functions below. */
+void session_answer(session_t *s, const json_t *id, json_t *msg);
 /* The hot answers, written straight into the output when resp can (see
  * resp_line_acquired), through the builders otherwise. */
 void session_send_acquired(session_t *s, const json_t *id, const resp_acquired_t *a);
@@ -109,6 +135,9 @@ void session_close(session_t *s, const char *why);
 /* Ends the session after what was queued has been written (at most
  * SESSION_LINGER_MS). */
 void session_close_after_flush(session_t *s, const char *why);
+/* The broker closes the session for its own reason: sends
+ * {"event":"closing","reason":reason}, then closes after the flush. */
+void session_end_with(session_t *s, const char *reason);
 
 static inline bool session_open(const session_t *s) { return s->state == SESSION_OPEN; }
 static inline void session_ref(session_t *s) { s->refs++; }
@@ -117,6 +146,12 @@ void session_unref(session_t *s);
 /* An asynchronous request began / ended: counts toward max_inflight. */
 static inline void session_op_begin(session_t *s) { s->inflight++; s->refs++; }
 void session_op_end(session_t *s);
+/* A request's step before its lock script began / ended (see presteps). */
+static inline void session_prestep_begin(session_t *s) { s->presteps++; }
+void session_prestep_end(session_t *s);
+/* The session has requests waiting for their turn, or owes a half-closed
+ * client its last answer: look at it in the next flush pass. */
+void session_wake(session_t *s);
 
 /* Bytes queued and not yet written. */
 static inline size_t session_unsent(const session_t *s) { return s->out_len + s->wlen; }

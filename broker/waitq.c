@@ -99,6 +99,7 @@ struct waiter {
 	bool pending;     /* counted in Q.pending: wants the lock, unanswered */
 	bool pointer_set; /* detached: its token -> name pointer is stored */
 	uint64_t pointer_at; /* when that pointer was sent */
+	bool prestep;        /* its first pointer is on its way (session presteps) */
 	timer_ent_t deadline;
 	uint64_t sent_at;
 	uint64_t created_at; /* for the acquire wait-time metric */
@@ -778,6 +779,12 @@ static void on_pointer_stored(const redisReply *r, void *priv)
 	waiter_t *w = priv;
 
 	session_op_end(w->s);
+	if (w->prestep) {
+		/* Requests behind it run after this reply's effects: its
+		 * acquire goes out below, before they do. */
+		w->prestep = false;
+		session_prestep_end(w->s);
+	}
 	w->state = W_QUEUED;
 	if (rpool_reply_failed(r) && w->was_sent && w->wait && w->end == WEND_NONE) {
 		/* Stored again for a waiter queued again: it waits on, and the
@@ -877,6 +884,12 @@ static void waiter_send_now(waiter_t *w)
 		char ms[24];
 		snprintf(ms, sizeof(ms), "%" PRId64, w->ttl_ms + LB_INDEX_MARGIN_MS);
 		rc = lockops_index_set(w->id, w->wl->name, w->wl->len, ms, on_pointer_stored, w);
+		if (rc == 0 && !w->was_sent) {
+			/* Later requests of the session wait until the acquire
+			 * itself is on its way (they must not pass it). */
+			w->prestep = true;
+			session_prestep_begin(s);
+		}
 	} else {
 		lockscript_begin(&ls, w->wl->name, w->wl->len, LOCK_NKEYS, true);
 		lockscript_arg(&ls, w->id, LEASE_TOKEN_LEN);

@@ -116,14 +116,32 @@ json_t *resp_acquired(const json_t *id, const resp_acquired_t *a)
 	return o;
 }
 
-json_t *resp_hello(const json_t *id, const char *server, int proto,
-		   const char *session)
+json_t *resp_hello(const json_t *id, const resp_hello_t *h)
+{
+	json_t *o = head(id, true);
+	json_t *l = must(json_object());
+
+	put(o, "server", str(h->server));
+	put(o, "proto", num(h->proto));
+	put(o, "session", str(h->session));
+	put(o, "broker", str(h->broker));
+	put(l, "max_line", num(h->limits.max_line));
+	put(l, "ttl_ms_min", num(h->limits.ttl_ms_min));
+	put(l, "ttl_ms_max", num(h->limits.ttl_ms_max));
+	put(l, "max_leases_per_session", num(h->limits.max_leases_per_session));
+	put(l, "max_waiters_per_session", num(h->limits.max_waiters_per_session));
+	put(l, "max_inflight", num(h->limits.max_inflight));
+	put(l, "keepalive_ms_min", num(h->limits.keepalive_ms_min));
+	put(l, "keepalive_ms_max", num(h->limits.keepalive_ms_max));
+	put(o, "limits", l);
+	return o;
+}
+
+json_t *resp_ping(const json_t *id, bool redis_up)
 {
 	json_t *o = head(id, true);
 
-	put(o, "server", str(server));
-	put(o, "proto", num(proto));
-	put(o, "session", str(session));
+	put(o, "redis", str(redis_up ? "up" : "down"));
 	return o;
 }
 
@@ -383,6 +401,24 @@ json_t *resp_event_shutdown(int64_t grace_ms)
 
 	put(o, "event", str("shutdown"));
 	put(o, "grace_ms", num(grace_ms));
+	return o;
+}
+
+json_t *resp_event_half_closed(int64_t pending)
+{
+	json_t *o = must(json_object());
+
+	put(o, "event", str("half_closed"));
+	put(o, "pending", num(pending));
+	return o;
+}
+
+json_t *resp_event_closing(const char *reason)
+{
+	json_t *o = must(json_object());
+
+	put(o, "event", str("closing"));
+	put(o, "reason", str(reason));
 	return o;
 }
 

@@ -46,7 +46,26 @@ size_t resp_line_acquired(char *buf, const json_t *id, const resp_acquired_t *a)
 size_t resp_line_released(char *buf, const json_t *id, int64_t count);
 size_t resp_line_extended(char *buf, const json_t *id, int64_t ttl_ms);
 
-json_t *resp_hello(const json_t *id, const char *server, int proto, const char *session);
+/* What hello tells a client it must respect (PROTOCOL.md "hello"). */
+typedef struct resp_limits {
+	int64_t max_line;
+	int64_t ttl_ms_min, ttl_ms_max;
+	int64_t max_leases_per_session;
+	int64_t max_waiters_per_session;
+	int64_t max_inflight;
+	int64_t keepalive_ms_min, keepalive_ms_max;
+} resp_limits_t;
+
+typedef struct resp_hello {
+	const char *server;  /* "lockbroker/X.Y.Z" */
+	int proto;
+	const char *session; /* "s<N>" */
+	const char *broker;  /* the broker's id */
+	resp_limits_t limits;
+} resp_hello_t;
+json_t *resp_hello(const json_t *id, const resp_hello_t *h);
+/* ping: {"ok":true,"redis":"up"|"down"} */
+json_t *resp_ping(const json_t *id, bool redis_up);
 /* release: {"ok":true,"count":C} */
 json_t *resp_released(const json_t *id, int64_t count);
 /* extend: {"ok":true,"ttl_ms":T} */
@@ -109,6 +128,10 @@ json_t *resp_stats(const json_t *id, const resp_stats_t *s);
 json_t *resp_event_lost(const char *lease, lb_str_t lock, const char *reason);
 /* {"event":"shutdown","grace_ms":G} */
 json_t *resp_event_shutdown(int64_t grace_ms);
+/* {"event":"closing","reason":R} */
+json_t *resp_event_closing(const char *reason);
+/* {"event":"half_closed","pending":N} */
+json_t *resp_event_half_closed(int64_t pending);
 
 /* Takes ownership of msg; returns a malloc'd line ending in "\n" and its
  * length in *len. Aborts on out of memory. */

@@ -879,12 +879,25 @@ lb_broker *lb_broker_start_no_redis_wait(lb_redis *r, ...)
     return b;
 }
 
+void lb_broker_signal(lb_broker *b, int sig)
+{
+    cr_assert_gt(b->pid, 0, "the broker is not running");
+    cr_assert(kill(b->pid, sig) == 0, "kill: %s", strerror(errno));
+}
+
 void lb_broker_stop(lb_broker *b)
 {
     if (b->pid <= 0)
         return;
+    cr_assert(kill(b->pid, SIGTERM) == 0, "kill: %s", strerror(errno));
+    lb_broker_wait_exit(b);
+}
+
+void lb_broker_wait_exit(lb_broker *b)
+{
+    if (b->pid <= 0)
+        return;
     pid_t pid = b->pid;
-    cr_assert(kill(pid, SIGTERM) == 0, "kill: %s", strerror(errno));
     int st = 0;
     if (!wait_timeout(pid, 10000, &st)) {
         kill(pid, SIGKILL);
@@ -951,6 +964,7 @@ void lb_close(lb_client *c)
 }
 
 bool lb_is_closed(const lb_client *c) { return c->eof; }
+int lb_client_fd(const lb_client *c) { return c->fd; }
 
 bool lb_send_raw(lb_client *c, const void *buf, size_t len)
 {

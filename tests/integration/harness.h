@@ -107,6 +107,12 @@ lb_broker *lb_broker_start(lb_redis *r, ...) __attribute__((sentinel));
 lb_broker *lb_broker_start_no_redis_wait(lb_redis *r, ...) __attribute__((sentinel));
 /* SIGTERM, wait 10 s (then SIGKILL and fail); assert exit status 0. */
 void lb_broker_stop(lb_broker *b);
+/* Sends sig and returns at once (a SIGTERM's drain can be watched; then
+ * lb_broker_wait_exit, not lb_broker_stop: a second SIGTERM exits at once). */
+void lb_broker_signal(lb_broker *b, int sig);
+/* Waits 10 s for the broker to exit (then SIGKILL and fail); asserts exit
+ * status 0. */
+void lb_broker_wait_exit(lb_broker *b);
 /* SIGKILL and reap. */
 void lb_broker_kill9(lb_broker *b);
 /* Stop (asserting a clean exit) and start again with the same flags, on a new
@@ -127,6 +133,8 @@ lb_client *lb_connect(lb_broker *b, lb_transport t);
 /* Close the socket (the client object stays valid until teardown). */
 void lb_close(lb_client *c);
 bool lb_is_closed(const lb_client *c);
+/* The client's socket (e.g. to shut down its sending side). */
+int lb_client_fd(const lb_client *c);
 const char *lb_transport_name(lb_transport t);
 
 /* Write raw bytes (all of them). Returns false if the write failed. */

@@ -636,3 +636,33 @@ LB_TEST(health, container_probe_command, 90)
 	cr_assert_neq(run_probe(&docker, port), 0, "the probe passed with no broker");
 	lb_end();
 }
+
+/* While a stopping broker drains (a session still open, within the
+ * shutdown grace), the listener stays: /healthz 200, /readyz 503 with the
+ * reason. */
+LB_TEST(health, readyz_503_while_draining, 60)
+{
+	int port = free_port();
+	char url[64];
+	lb_redis *r;
+	lb_broker *b;
+	lb_client *c;
+	http_resp h;
+
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+	r = lb_redis_start(false);
+	b = lb_broker_start(r, "--metrics", url, "--shutdown-grace-ms", "3000", NULL);
+	c = lb_connect(b, LB_TCP);
+	lb_expect_ok(lb_call(c, "{s:s}", "op", "ping"));
+	get(port, "/readyz", &h);
+	expect(&h, 200, "ready\n", "GET /readyz before the shutdown");
+	lb_broker_signal(b, SIGTERM);
+	lb_sleep_ms(300);
+	get(port, "/readyz", &h);
+	expect(&h, 503, "shutting down\n", "GET /readyz while draining");
+	get(port, "/healthz", &h);
+	expect(&h, 200, "ok\n", "GET /healthz while draining");
+	lb_close(c); /* the last session: the broker stops now */
+	lb_broker_wait_exit(b);
+	lb_end();
+}

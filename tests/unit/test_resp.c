@@ -214,13 +214,41 @@ Test(resp, invalid_utf8_is_masked)
 
 Test(resp, hello)
 {
-	json_t *v = roundtrip(resp_hello(NULL, "lockbroker/1.0.0", 1, "s-1"), NULL);
+	resp_hello_t h = {"lockbroker/1.0.0", 1, "s-1", "0123456789abcdef",
+	                  {65536, 100, 86400000, 10000, 1000, 1024, 500, 600000}};
+	json_t *v = roundtrip(resp_hello(NULL, &h), NULL), *l;
 
-	keys_are(v, "id", "ok", "server", "proto", "session", NULL);
+	keys_are(v, "id", "ok", "server", "proto", "session", "broker", "limits", NULL);
 	cr_assert_str_eq(sval(v, "server"), "lockbroker/1.0.0");
 	cr_assert_eq(ival(v, "proto"), 1);
 	cr_assert_str_eq(sval(v, "session"), "s-1");
+	cr_assert_str_eq(sval(v, "broker"), "0123456789abcdef");
+	l = json_object_get(v, "limits");
+	keys_are(l, "max_line", "ttl_ms_min", "ttl_ms_max", "max_leases_per_session",
+	         "max_waiters_per_session", "max_inflight", "keepalive_ms_min", "keepalive_ms_max", NULL);
+	cr_assert_eq(ival(l, "max_line"), 65536);
+	cr_assert_eq(ival(l, "ttl_ms_max"), 86400000);
+	cr_assert_eq(ival(l, "max_inflight"), 1024);
+	cr_assert_eq(ival(l, "keepalive_ms_max"), 600000);
 	json_decref(v);
+}
+
+Test(resp, ping_and_closing)
+{
+	json_t *id = json_string("p"), *v;
+
+	v = roundtrip(resp_ping(id, true), NULL);
+	keys_are(v, "id", "ok", "redis", NULL);
+	cr_assert_str_eq(sval(v, "redis"), "up");
+	json_decref(v);
+	v = roundtrip(resp_ping(id, false), NULL);
+	cr_assert_str_eq(sval(v, "redis"), "down");
+	json_decref(v);
+	v = roundtrip(resp_event_closing("keepalive"), NULL);
+	keys_are(v, "event", "reason", NULL);
+	cr_assert_str_eq(sval(v, "reason"), "keepalive");
+	json_decref(v);
+	json_decref(id);
 }
 
 Test(resp, released_extended_cancelled)
