@@ -18,6 +18,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "broker/canary.h"
 #include "broker/dispatch.h"
 #include "broker/lease.h"
 #include "broker/listener.h"
@@ -28,6 +29,7 @@
 #include "broker/sdnotify.h"
 #include "broker/session.h"
 #include "broker/waitq.h"
+#include "broker/watchdog.h"
 #include "protocol/resp.h"
 
 struct broker server;
@@ -103,6 +105,7 @@ static void finish(void)
 		else
 			session_close(s, "broker stopping");
 	}
+	canary_stop();
 	rpool_close();
 	metrics_close();
 	close_loop_handles();
@@ -175,6 +178,17 @@ static void on_sighup(uv_signal_t *h, int signum)
 		LOG(LOG_WARN, "msg=\"changed settings need a restart; not applied\" settings=\"%s\"", restart);
 }
 
+/* Redis may have lost data (the canary key, or a new run_id on
+ * reconnect): every lease is checked now (those gone are reported lost at
+ * once, not at their next renewal) and every waiting lock heartbeats, so
+ * waiters Redis forgot are queued again. */
+static void on_data_loss(const char *why)
+{
+	LOG(LOG_WARN, "msg=\"redis may have lost data; checking every lease and waiter\" why=\"%s\"", why);
+	watchdog_verify_all();
+	waitq_on_subscribed();
+}
+
 static void on_redis_up(void)
 {
 	static bool told;
@@ -229,11 +243,12 @@ int broker_start(uv_loop_t *loop, lb_config_t *cfg, int argc, char **argv)
 		rpool_inbox_t inbox = {channel, waitq_on_message, waitq_on_subscribed};
 		/* The same name lua/lib/prelude.lua publishes wake-ups to. */
 		snprintf(channel, sizeof(channel), "%sinbox:%s", cfg->prefix, server.id);
-		rpool_callbacks_t cb = {on_redis_up, NULL};
+		rpool_callbacks_t cb = {on_redis_up, on_data_loss};
 		char name[64];
 		snprintf(name, sizeof(name), "lockbroker-%s", server.id);
 		rpool_init(loop, &cfg->redis, cfg->pool, name, &cb, &inbox);
 	}
+	canary_start(on_data_loss);
 	LOG(LOG_INFO, "msg=\"started\" version=%s broker=%s pool=%d", LOCKBROKER_VERSION, server.id,
 	    cfg->pool);
 	return 0;

@@ -143,6 +143,8 @@ static struct {
 	cmdlist_t waiting;  /* lost replies waiting for a connection to resend */
 	char sha[SCRIPT__COUNT][41];
 	char run_id[RUN_ID_LEN + 1]; /* of the Redis last seen; "" before */
+	const char *loss;            /* a data loss to report once a
+	                              * connection is ready, or NULL */
 	uint32_t rand_state;
 	uv_timer_t close_timer; /* bounds rpool_close */
 	bool closing;
@@ -322,6 +324,11 @@ static void handshake_step(rconn_t *c)
 	flush_waiting();
 	if (!was_up && P.on_up)
 		P.on_up();
+	if (P.loss && P.on_data_loss) {
+		const char *why = P.loss;
+		P.loss = NULL;
+		P.on_data_loss(why);
+	}
 }
 
 /* The subscriber's one callback: the subscribe confirmation (the last
@@ -367,8 +374,7 @@ static void check_run_id(const redisReply *reply)
 		LOG(LOG_WARN, "msg=\"redis restarted: its data may be lost\" run_id=%.8s.. was=%.8s..", id,
 		    P.run_id);
 		memcpy(P.run_id, id, sizeof(id));
-		if (P.on_data_loss)
-			P.on_data_loss("redis restarted");
+		P.loss = "redis restarted"; /* reported when the connection is ready */
 		return;
 	}
 	memcpy(P.run_id, id, sizeof(id));

@@ -10,6 +10,7 @@
 
 static const char *const script_names[SCRIPT__COUNT] = {
 	[SCRIPT_ACQUIRE] = "acquire",
+	[SCRIPT_CANARY] = "canary",
 	[SCRIPT_EXTEND] = "extend",
 	[SCRIPT_HEARTBEAT] = "heartbeat",
 	[SCRIPT_INSPECT] = "inspect",
@@ -17,6 +18,7 @@ static const char *const script_names[SCRIPT__COUNT] = {
 	[SCRIPT_ORPHANS] = "orphans",
 	[SCRIPT_REENTER] = "reenter",
 	[SCRIPT_RELEASE] = "release",
+	[SCRIPT_VERIFY] = "verify",
 	[SCRIPT_WITHDRAW] = "withdraw",
 };
 

@@ -20,6 +20,7 @@ extern const size_t script_source_count;
  * one of them was embedded. */
 typedef enum script_id {
 	SCRIPT_ACQUIRE,
+	SCRIPT_CANARY,
 	SCRIPT_EXTEND,
 	SCRIPT_HEARTBEAT,
 	SCRIPT_INSPECT,
@@ -27,6 +28,7 @@ typedef enum script_id {
 	SCRIPT_ORPHANS,
 	SCRIPT_REENTER,
 	SCRIPT_RELEASE,
+	SCRIPT_VERIFY,
 	SCRIPT_WITHDRAW,
 	SCRIPT__COUNT
 } script_id_t;

@@ -17,6 +17,7 @@
 #include "broker/log.h"
 #include "broker/metrics.h"
 #include "broker/rpool.h"
+#include "broker/session.h"
 
 struct renewal {
 	char token[LEASE_TOKEN_LEN + 1];
@@ -100,6 +101,46 @@ static void renew(lease_t *l, uint64_t now)
 	l->renewing = true;
 	/* Until the reply: the deadline by which the lease counts as lost. */
 	timer_at(&l->tick, l->expires_at);
+}
+
+static void on_verified(const redisReply *reply, void *priv)
+{
+	struct renewal *r = priv;
+	lease_t *l = lease_find(r->token, LEASE_TOKEN_LEN);
+
+	if (l && !rpool_reply_failed(reply) && reply->type == REDIS_REPLY_ARRAY &&
+	    reply->elements == 2 && reply->element[0]->type == REDIS_REPLY_INTEGER &&
+	    reply->element[1]->type == REDIS_REPLY_INTEGER) {
+		if (reply->element[0]->integer < 0)
+			lease_lost(l, "gone");
+		else
+			lease_confirmed(l, r->sent_at, reply->element[0]->integer,
+			                reply->element[1]->integer);
+	}
+	free(r); /* no answer: the renewals find out in their turn */
+}
+
+void watchdog_verify_all(void)
+{
+	uint64_t now = timers_now();
+	size_t n = 0;
+
+	for (struct session *s = server.sessions; s; s = s->next) {
+		for (lease_t *l = s->leases; l; l = l->s_next) {
+			struct renewal *r = xmalloc(sizeof(*r));
+			lockscript_t ls;
+
+			memcpy(r->token, l->token, sizeof(r->token));
+			r->sent_at = now;
+			lockscript_begin(&ls, l->lock, l->lock_len, LOCK_NKEYS_HOLDER, false);
+			lockscript_arg(&ls, l->token, LEASE_TOKEN_LEN);
+			if (lockscript_send(&ls, SCRIPT_VERIFY, on_verified, r) < 0)
+				free(r);
+			else
+				n++;
+		}
+	}
+	LOG(LOG_INFO, "msg=\"asking redis about every lease\" leases=%zu", n);
 }
 
 void watchdog_on_tick(timer_ent_t *t)

@@ -18,6 +18,10 @@ struct lease;
 
 /* (Re)schedules the lease's tick after a confirmation sent at sent_at. */
 void watchdog_schedule(struct lease *l, uint64_t sent_at);
+/* Redis may have lost data: asks it about every lease of every session at
+ * once (lua/verify.lua, which changes nothing); a lease it no longer holds
+ * is reported lost ("gone") and dropped. */
+void watchdog_verify_all(void);
 /* The timer callbacks of a lease's entries. */
 void watchdog_on_tick(timer_ent_t *t);
 void watchdog_on_max_hold(timer_ent_t *t);
