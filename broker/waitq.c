@@ -1219,11 +1219,24 @@ static void on_orphans_dropped(const redisReply *r, void *priv)
 {
 	struct heartbeat *hb = priv;
 
-	if (!rpool_reply_failed(r) && r->type == REDIS_REPLY_ARRAY && r->elements >= 1) {
-		if (r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer > 0)
-			LOG(LOG_INFO, "msg=\"dropped orphaned waiters\" count=%lld",
-			    (long long)r->element[0]->integer);
-		waitq_take_grants(hb->name, hb->len, r, 1, hb->sent_at);
+	if (!rpool_reply_failed(r) && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+	    r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer >= 0 &&
+	    (size_t)r->element[0]->integer < r->elements) {
+		size_t n = (size_t)r->element[0]->integer;
+
+		if (n > 0)
+			LOG(LOG_INFO, "msg=\"dropped orphaned waiters\" count=%zu", n);
+		for (size_t k = 1; k <= n; k++) {
+			const redisReply *id = r->element[k];
+			waiter_t *w = id->type == REDIS_REPLY_STRING ? waiter_find(id->str, id->len) : NULL;
+			/* Not an orphan: a waiter of ours whose acquire, sent after
+			 * this script on another connection, ran before it. */
+			if (w && w->state == W_QUEUED && w->end == WEND_NONE && !w->unsent && !w->held) {
+				w->pointer_set = false;
+				waiter_send(w);
+			}
+		}
+		waitq_take_grants(hb->name, hb->len, r, 1 + n, hb->sent_at);
 	}
 	free(hb);
 }

@@ -352,3 +352,29 @@ LB_TEST(scripts, a_long_queue_keeps_repeats_and_its_bound, 30)
 	cr_assert_eq(zcard(r, "lb:{lq}:q"), 50);
 	lb_end();
 }
+
+/* orphans.lua names the waiters it dropped, so a broker can queue again
+ * one of its own that was no orphan; other brokers' waiters stay. */
+LB_TEST(scripts, orphans_names_what_it_dropped, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	const char *acq = load(r, "acquire");
+	const char *orp = load(r, "orphans");
+	const char *H = "H0000000000000000000000000000000", *O1 = "O1000000000000000000000000000000";
+	const char *O2 = "O2000000000000000000000000000000", *X = "X0000000000000000000000000000000";
+	redisReply *rep;
+
+	cr_assert_eq(acquire(r, acq, "on", "b0", H, "30000", false, NULL), 1);
+	cr_assert_eq(acquire(r, acq, "on", "b1", O1, "30000", true, NULL), 0);
+	cr_assert_eq(acquire(r, acq, "on", "b2", X, "30000", true, NULL), 0);
+	cr_assert_eq(acquire(r, acq, "on", "b1", O2, "30000", true, NULL), 0);
+	rep = call(r, orp, "on", "b1", 0, NULL);
+	cr_assert_eq(rep->type, REDIS_REPLY_ARRAY);
+	cr_assert_eq(rep->elements, 3, "{n, ids}: %zu elements", rep->elements);
+	cr_assert_eq(rep->element[0]->integer, 2);
+	cr_assert_str_eq(rep->element[1]->str, O1);
+	cr_assert_str_eq(rep->element[2]->str, O2);
+	freeReplyObject(rep);
+	cr_assert_eq(zcard(r, "lb:{on}:q"), 1, "the other broker's waiter stays");
+	lb_end();
+}
