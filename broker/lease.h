@@ -102,7 +102,7 @@ void lease_release_in_redis(const char *lock, size_t lock_len, const char *token
 /* True when this broker reported the lease of token lost (recently: the
  * last LEASE_LOST_KEPT tokens of the last LEASE_LOST_KEEP_MS). */
 bool lease_was_lost(const char *token, size_t len);
-#define LEASE_LOST_KEPT 65536
+#define LEASE_LOST_KEPT 16384
 #define LEASE_LOST_KEEP_MS 3600000
 
 /* The number of leases in the table. */

@@ -3,8 +3,8 @@
 -- the slow safety net (so it doubles as the waiters' heartbeat).
 -- KEYS: all seven. ARGV: the context, then the waiter ids.
 -- Returns {retry_ms, nlost, lost ids..., grants...}: retry_ms until the
--- holders may expire or a reserved waiter's broker is to be checked again
--- (0: neither); lost ids are neither queued nor
+-- holders may expire or a deaf broker's waiters are dropped (0: neither);
+-- lost ids are neither queued nor
 -- holding (dropped, e.g. Redis restarted empty or the broker stalled past
 -- its heartbeat): their broker queues them again. Grants follow,
 -- GRANT_WIDTH values each, and include ids that hold the lock already

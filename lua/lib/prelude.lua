@@ -82,10 +82,13 @@
 -- waiters here get DEAF_GRACE_MS: a live broker's own heartbeat (every
 -- second) clears the mark and grants them; past it, the next promote drops
 -- every one of them it meets. A woken broker that has not run promote
--- within REWAKE_MS is woken again, which checks it again. Scripts that
--- meet a reserved waiter tell their caller when to look again (C.look_at),
--- so a live waiter behind a dead one is granted about DEAF_GRACE_MS after
--- the lock became free for it.
+-- within REWAKE_MS is woken again by the next promote (which checks it
+-- again; the live waiters' safety net runs one within a second). Scripts
+-- that mark a broker deaf tell their caller when its grace ends
+-- (C.look_at), so a live waiter behind a dead one is granted about
+-- DEAF_GRACE_MS after the lock became free for it, and within 2 s when the
+-- dead broker had been woken just before it died. No script is asked for
+-- more often than the safety net's once a second, but for that one look.
 
 -- Now in ms and in us, from t (a TIME reply a fast path already took) or
 -- from a TIME call.
@@ -348,7 +351,7 @@ local GRANT_WIDTH = 4
 
 -- See "Waking" above.
 local REWAKE_MS = 300
-local DEAF_GRACE_MS = 1200
+local DEAF_GRACE_MS = 900
 
 -- Broker b has a waiter at the front of the queue that fits: is b alive?
 -- Wakes b (again, when its last wake is REWAKE_MS old), marks it deaf when
@@ -366,8 +369,7 @@ local function wake(K, C, b)
       redis.call('HSET', K.s, 'dx:' .. b, dx)
     end
   end
-  local at = dx or wk + REWAKE_MS
-  if not C.look_at or at < C.look_at then C.look_at = at end
+  if dx and (not C.look_at or dx < C.look_at) then C.look_at = dx end
   return true
 end
 
@@ -486,8 +488,8 @@ local function finish(K, C, reply, granted)
 end
 
 -- When the caller should look again, in ms from now (0: no hint): when a
--- reserved waiter's broker is to be checked again (C.look_at), or sooner
--- when holding_ms (the holders' expiry, 0 for none) comes first.
+-- deaf broker's grace ends (C.look_at), or sooner when holding_ms (the
+-- holders' expiry, 0 for none) comes first.
 local function look_again(C, holding_ms)
   if not C.look_at then return holding_ms end
   local l = math.max(C.look_at - C.now_ms, 1)

@@ -378,3 +378,45 @@ LB_TEST(scripts, orphans_names_what_it_dropped, 30)
 	cr_assert_eq(zcard(r, "lb:{on}:q"), 1, "the other broker's waiter stays");
 	lb_end();
 }
+
+/* A broker woken while alive that dies before it answers: the next promote
+ * 300 ms on wakes it again, finds nobody listening, marks it deaf, and
+ * the one after the 900 ms grace drops its waiter and grants the next.
+ * A deaf broker's own script clears the mark. */
+LB_TEST(scripts, a_broker_that_dies_after_its_wake_is_dropped, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	const char *acq = load(r, "acquire");
+	const char *rel = load(r, "release");
+	const char *hb = load(r, "heartbeat");
+	const char *H = "H0000000000000000000000000000000", *D = "D0000000000000000000000000000000";
+	const char *W = "W0000000000000000000000000000000";
+	redisContext *inbox = lb_redis_conn_new(r);
+	redisReply *rep;
+
+	rep = redisCommand(inbox, "SUBSCRIBE lb:inbox:bD"); /* bD is alive */
+	cr_assert_not_null(rep);
+	freeReplyObject(rep);
+	cr_assert_eq(acquire(r, acq, "dw", "b0", H, "30000", false, NULL), 1);
+	cr_assert_eq(acquire(r, acq, "dw", "bD", D, "30000", true, NULL), 0);
+	cr_assert_eq(acquire(r, acq, "dw", "bW", W, "30000", true, NULL), 0);
+	freeReplyObject(call(r, rel, "dw", "b0", 2, (const char *[]){H, "0"}));
+	cr_assert(hexists(r, "lb:{dw}:s", "wk:bD"), "bD was not woken");
+	cr_assert_not(hexists(r, "lb:{dw}:s", "dx:bD"), "a live broker marked deaf");
+	redisFree(inbox); /* bD dies before it runs a script */
+	lb_sleep_ms(350);
+	rep = call(r, hb, "dw", "bW", 1, (const char *[]){W});
+	cr_assert_eq(rep->elements, 2, "bW granted while bD's waiter reserves the lock");
+	cr_assert(rep->element[0]->integer > 0 && rep->element[0]->integer <= 900,
+	          "no hint to look again when bD's grace ends: %lld", rep->element[0]->integer);
+	freeReplyObject(rep);
+	cr_assert(hexists(r, "lb:{dw}:s", "dx:bD"), "the second wake found nobody: bD is deaf");
+	lb_sleep_ms(950);
+	rep = call(r, hb, "dw", "bW", 1, (const char *[]){W});
+	cr_assert_eq(rep->elements, 2 + LOCK_GRANT_WIDTH, "bW not granted after bD's grace");
+	cr_assert_str_eq(rep->element[2]->str, W);
+	freeReplyObject(rep);
+	cr_assert_eq(lb_redis_cmd(r, "ZSCORE lb:{dw}:q %s", D)->type, REDIS_REPLY_NIL,
+	             "bD's waiter is still queued");
+	lb_end();
+}
