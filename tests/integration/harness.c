@@ -538,30 +538,34 @@ redisContext *lb_redis_conn_new(lb_redis *r)
     return c;
 }
 
+/* Writes one command on c without reading its reply. */
+static void vsend_only(redisContext *c, const char *fmt, va_list ap)
+{
+    int done = 0;
+
+    cr_assert_eq(redisvAppendCommand(c, fmt, ap), REDIS_OK);
+    while (!done)
+        cr_assert_eq(redisBufferWrite(c, &done), REDIS_OK, "write to redis: %s", c->errstr);
+}
+
 redisContext *lb_redis_send_async(lb_redis *r, const char *fmt, ...)
 {
     redisContext *c = lb_redis_conn_new(r);
-    int done = 0;
     va_list ap;
 
     va_start(ap, fmt);
-    cr_assert_eq(redisvAppendCommand(c, fmt, ap), REDIS_OK);
+    vsend_only(c, fmt, ap);
     va_end(ap);
-    while (!done)
-        cr_assert_eq(redisBufferWrite(c, &done), REDIS_OK, "write to redis: %s", c->errstr);
     return c;
 }
 
 void lb_redis_async_also(redisContext *c, const char *fmt, ...)
 {
-    int done = 0;
     va_list ap;
 
     va_start(ap, fmt);
-    cr_assert_eq(redisvAppendCommand(c, fmt, ap), REDIS_OK);
+    vsend_only(c, fmt, ap);
     va_end(ap);
-    while (!done)
-        cr_assert_eq(redisBufferWrite(c, &done), REDIS_OK, "write to redis: %s", c->errstr);
 }
 
 void lb_redis_async_wait(redisContext *c, int nreplies)
