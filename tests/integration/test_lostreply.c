@@ -375,3 +375,32 @@ LB_TEST(lostreply, a_release_through_a_stall_answers_released, 40)
 	lb_expect_ok(lb_acquire_within(o, "st", 5000, 5000));
 	lb_end();
 }
+
+/* A cancel whose withdraw ran but whose reply was lost: answered
+ * cancelled, the entry gone, nothing granted to it when the lock frees. */
+LB_TEST(lostreply, a_withdraw_whose_reply_was_lost_answers_cancelled, 40)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *h = lb_connect(b, LB_TCP), *w = lb_connect(b, LB_TCP);
+	const char *lease = lb_must_acquire(h, "wl", 30000);
+	struct send_req q = {w, "{\"id\":\"cx\",\"op\":\"cancel\",\"target\":\"wa\"}"};
+
+	lb_send_line(w, "{\"id\":\"wa\",\"op\":\"acquire\",\"lock\":\"wl\",\"wait_ms\":30000}");
+	lb_wait_waiters(h, "wl", 1, 5000);
+	lose_replies(r, 600, send_line, &q);
+	cr_assert(lb_bool(wait_id(w, "cx"), "cancelled"));
+	lb_expect_err(wait_id(w, "wa"), "cancelled");
+	for (int64_t t0 = lb_now_ms();;) {
+		json_t *in = lb_call(h, "{s:s, s:s}", "op", "inspect", "lock", "wl");
+		if (lb_is_ok(in)) {
+			cr_assert_eq(lb_int(in, "waiters"), 0, "%s", lb_dump(in));
+			break;
+		}
+		cr_assert_lt(lb_now_ms() - t0, 4000, "%s", lb_dump(in));
+		lb_sleep_ms(50);
+	}
+	cr_assert_eq(lb_release(h, lease), 0);
+	lb_expect_free(h, "wl");
+	lb_end();
+}
