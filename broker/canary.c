@@ -5,9 +5,11 @@
  * value it wrote last must still be there, and a new one is written. A
  * flush, a restart without persistence or a failover to a replica that
  * missed the last writes shows another value or none. A check whose reply
- * was lost may or may not have written its value, so the next one accepts
- * either. A check runs only while none is on its way; with Redis down
- * nothing is checked (the run_id compared on reconnect covers a restart).
+ * was lost may or may not have written its value: the next one accepts
+ * either, and writes that same value again (a new one would leave three
+ * values possible). A check runs only while none is on its way; with Redis
+ * down nothing is checked (the run_id compared on reconnect covers a
+ * restart).
  */
 #include "broker/canary.h"
 
@@ -66,7 +68,10 @@ static void check(timer_ent_t *t)
 	timer_at(&K.timer, timers_now() + CANARY_EVERY_MS);
 	if (K.inflight || !rpool_up())
 		return;
-	snprintf(K.sent, sizeof(K.sent), "%s:%" PRIu64, server.id, ++K.serial);
+	if (K.maybe[0])
+		memcpy(K.sent, K.maybe, sizeof(K.sent)); /* the unresolved one again */
+	else
+		snprintf(K.sent, sizeof(K.sent), "%s:%" PRIu64, server.id, ++K.serial);
 	argv[0] = K.key;
 	argvlen[0] = K.key_len;
 	argv[1] = K.last;

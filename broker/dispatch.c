@@ -193,8 +193,9 @@ static void run(session_t *s, req_t *req, bool registered)
 		session_send_error(s, req->id, LB_E_SHUTTING_DOWN, NULL);
 		return;
 	}
-	if ((def->flags & OPF_REDIS) && !rpool_up() && !lockops_answer_locally(s, req)) {
-		session_send_error(s, req->id, LB_E_UNAVAILABLE, "Redis is not reachable");
+	if ((def->flags & OPF_REDIS) && !rpool_up()) {
+		if (!lockops_answer_locally(s, req))
+			session_send_error(s, req->id, LB_E_UNAVAILABLE, "Redis is not reachable");
 		return;
 	}
 	def->handler(s, req);
@@ -207,25 +208,35 @@ static bool must_park(const session_t *s, const req_t *req)
 	return s->parked || s->presteps > 0 || (waits_for_inflight(req->op) && s->inflight > 0);
 }
 
+/* Answers a request that is refused before it runs. Its id may be that of
+ * a pending request, whose registration must stay: the answer does not
+ * go through dispatch_answered. */
+static void refuse(session_t *s, const json_t *id, lb_err_t code, const char *message)
+{
+	session_send(s, resp_error(id, code, message));
+	s->answers++;
+	s->unanswered--;
+}
+
 void dispatch_line(session_t *s, const char *line, size_t len)
 {
 	req_t req = {0};
 	req_error_t err;
+	int rc;
 
 	s->unanswered++;
-	if (req_parse(line, len, &req, &err) < 0) {
-		session_send_error(s, req.id, err.code, err.message);
-		goto out;
-	}
-	if (req.id && id_find(s, req.id)) {
+	rc = req_parse(line, len, &req, &err);
+	/* The id check comes before the op name's (a bad shape comes first). */
+	if (req.id && id_find(s, req.id) && (rc == 0 || err.code == LB_E_UNKNOWN_OP)) {
 		char msg[REQ_ID_MAX_BYTES + 96], *dump = json_dumps(req.id, JSON_ENCODE_ANY);
 		snprintf(msg, sizeof(msg), "id %s is the id of a pending request of this session",
 		         dump ? dump : "?");
 		free(dump);
-		/* Answered without touching the pending request of that id. */
-		session_send(s, resp_error(req.id, LB_E_INVALID_ARGUMENT, msg));
-		s->answers++;
-		s->unanswered--;
+		refuse(s, req.id, LB_E_INVALID_ARGUMENT, msg);
+		goto out;
+	}
+	if (rc < 0) {
+		refuse(s, req.id, err.code, err.message);
 		goto out;
 	}
 	if (must_park(s, &req)) {

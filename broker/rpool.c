@@ -30,7 +30,12 @@
  * leaves the command's fate unknown. A command sent with retry_until is
  * idempotent (every lock script takes a repeat as a repeat): it is sent
  * again, on whichever connection serves its route, until it is answered or
- * retry_until passes; only then does its callback see NULL.
+ * retry_until passes; only then does its callback see NULL. A command sent
+ * again pins its route to the connection it went out on until it is
+ * answered, so a later command of the route (the lock's next op) does not
+ * pass it on the route's own connection once that one is back; on a
+ * connection that was reloading, it keeps its place among the commands
+ * kept there.
  *
  * Timeouts: each connection has one timer entry (watch): the connect
  * deadline while connecting, then the moment its oldest unanswered command
@@ -67,6 +72,7 @@
 #define CLOSE_TIMEOUT_MS 2000
 #define RUN_ID_LEN 40
 #define MAX_ADDRS 8 /* addresses of a resolved host tried in turn */
+#define MAX_PINS 64 /* routes pinned at once (more: not pinned) */
 
 /* Handshake steps that are not a script's SCRIPT LOAD. */
 #define STEP_PLAIN ((intptr_t)-1)
@@ -119,6 +125,7 @@ struct rcmd {
 	script_id_t script;
 	bool reloaded;        /* sent again after NOSCRIPT already */
 	bool replayed;        /* sent again after a lost reply */
+	bool pinned;          /* holds a pin on its route (see the header) */
 	rpool_fn fn;
 	void *priv;
 	size_t len;
@@ -149,6 +156,12 @@ static struct {
 	uv_timer_t close_timer; /* bounds rpool_close */
 	bool closing;
 	bool in_replay; /* rpool_replayed() */
+	struct pin {
+		uint32_t route;
+		int conn;       /* index into conns */
+		unsigned count; /* commands sent again on it, not yet answered */
+	} pins[MAX_PINS];
+	int npins;
 } P;
 
 static void rconn_connect(rconn_t *c);
@@ -678,8 +691,44 @@ uint32_t rpool_route(const char *name, size_t len)
 	return htab_hash(HTAB_HASH_INIT, name, len);
 }
 
+static struct pin *pin_find(uint32_t route)
+{
+	for (int k = 0; k < P.npins; k++)
+		if (P.pins[k].route == route)
+			return &P.pins[k];
+	return NULL;
+}
+
+/* cmd, sent again on c, pins its route to c until it is answered. */
+static void pin(rcmd_t *cmd, const rconn_t *c)
+{
+	struct pin *p = pin_find(cmd->route);
+
+	if (!p && P.npins < MAX_PINS) {
+		p = &P.pins[P.npins++];
+		*p = (struct pin){cmd->route, c->idx, 0};
+	}
+	if (p && p->conn == c->idx) {
+		p->count++;
+		cmd->pinned = true;
+	}
+}
+
+static void unpin(rcmd_t *cmd)
+{
+	struct pin *p = cmd->pinned ? pin_find(cmd->route) : NULL;
+
+	cmd->pinned = false;
+	if (p && --p->count == 0)
+		*p = P.pins[--P.npins];
+}
+
 static rconn_t *pick(uint32_t route)
 {
+	struct pin *p = P.npins ? pin_find(route) : NULL;
+
+	if (p && usable(&P.conns[p->conn]))
+		return &P.conns[p->conn];
 	for (int k = 0; k < P.n; k++) {
 		rconn_t *c = &P.conns[(route + (uint32_t)k) % (uint32_t)P.n];
 		if (usable(c))
@@ -693,6 +742,7 @@ static rconn_t *pick(uint32_t route)
 /* The callback runs, once; the command is done. */
 static void deliver(rcmd_t *cmd, const redisReply *reply)
 {
+	unpin(cmd);
 	P.pending--;
 	if (reply)
 		metrics_redis_rtt(uv_hrtime() - cmd->sent_ns);
@@ -737,8 +787,11 @@ static void dispatch(rcmd_t *cmd)
 {
 	rconn_t *c = P.closing ? NULL : pick(cmd->route);
 
-	if (c && conn_send(c, cmd) == 0)
+	unpin(cmd);
+	if (c && conn_send(c, cmd) == 0) {
+		pin(cmd, c);
 		return;
+	}
 	if (!P.closing && cmd->retry_until > timers_now()) {
 		list_push(&P.waiting, cmd);
 		timer_at(&cmd->give_up, cmd->retry_until);
@@ -792,9 +845,13 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 	if (reply && c->reloading && reply->type != REDIS_REPLY_ERROR)
 		LOG(LOG_WARN, "msg=\"a command ran after an earlier one found no script\" conn=%d", c->idx);
 	if (!reply && cmd->retry_until > timers_now() && !P.closing) {
-		/* Its fate is unknown: sent again (it is idempotent). */
+		/* Its fate is unknown: sent again (it is idempotent); behind
+		 * what this connection kept, when it was reloading. */
 		cmd->replayed = true;
-		dispatch(cmd);
+		if (c->reloading)
+			list_push(&c->redo, cmd);
+		else
+			dispatch(cmd);
 		return;
 	}
 	deliver(cmd, reply);
@@ -854,6 +911,7 @@ int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
 	cmd->script = script;
 	cmd->reloaded = false;
 	cmd->replayed = false;
+	cmd->pinned = false;
 	cmd->fn = fn;
 	cmd->priv = priv;
 	p = cmd->resp;

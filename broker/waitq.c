@@ -100,6 +100,7 @@ struct waiter {
 	bool pointer_set; /* detached: its token -> name pointer is stored */
 	uint64_t pointer_at; /* when that pointer was sent */
 	bool prestep;        /* its first pointer is on its way (session presteps) */
+	bool granted;        /* answered with a grant (it holds the lock) */
 	timer_ent_t deadline;
 	uint64_t sent_at;
 	uint64_t created_at; /* for the acquire wait-time metric */
@@ -547,6 +548,7 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 		waiter_free(f);
 	}
 	w->followers = NULL;
+	w->granted = true;
 	if (w->state == W_SENDING)
 		set_done(w); /* granted by another reply: its own still comes */
 	else
@@ -691,14 +693,15 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 		send_held(w->wl);
 	if (w->state == W_DONE) {
 		/* Answered meanwhile by another reply. This one may still carry
-		 * grants for other waiters, and a grant of w's id that is no lease
-		 * here (w had ended) must go back. */
+		 * grants for other waiters, and a grant of w's id must go back
+		 * when w had ended (a granted w holds it: as a lease here, or
+		 * detached, in no table at all). */
 		if (!rpool_reply_failed(r) && r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
 		    r->element[0]->type == REDIS_REPLY_INTEGER) {
 			status = r->element[0]->integer;
 			waitq_take_grants(w->wl->name, w->wl->len, r, status == 1 ? LOCK_GRANT_WIDTH : 2,
 			                  w->sent_at);
-			if (status == 1 && !lease_find(w->id, LEASE_TOKEN_LEN))
+			if (status == 1 && !w->granted && !lease_find(w->id, LEASE_TOKEN_LEN))
 				lease_release_in_redis(w->wl->name, w->wl->len, w->id,
 				                       w->sent_at + (uint64_t)w->ttl_ms + LEASE_RELEASE_SLACK_MS);
 		}
@@ -784,6 +787,10 @@ static void on_pointer_stored(const redisReply *r, void *priv)
 		 * acquire goes out below, before they do. */
 		w->prestep = false;
 		session_prestep_end(w->s);
+	}
+	if (w->state == W_DONE) { /* answered meanwhile (granted or ended) */
+		waiter_free(w);
+		return;
 	}
 	w->state = W_QUEUED;
 	if (rpool_reply_failed(r) && w->was_sent && w->wait && w->end == WEND_NONE) {

@@ -3,7 +3,7 @@
 -- Either way whoever now fits is woken.
 -- KEYS: all seven. ARGV: the context, then id.
 -- Returns {1} when id held the lock (now released), else {0}; grants for
--- the calling broker follow as triples.
+-- the calling broker follow (GRANT_WIDTH values each, see the prelude).
 local K = keys_of(KEYS)
 local C, a = context_of(ARGV)
 unsolo(K, C)

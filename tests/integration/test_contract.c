@@ -454,3 +454,45 @@ LB_TEST(contract, ping_says_whether_redis_is_up, 30)
 	}
 	lb_end();
 }
+
+/* A release of a token that is no lease, with Redis down: one answer,
+ * not_held (it was answered twice). */
+LB_TEST(contract, a_bad_token_release_with_redis_down_answers_once, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *c = lb_connect(b, LB_TCP);
+	json_t *again;
+
+	lb_redis_stop(r);
+	for (int k = 0; k < 50 && strcmp(lb_str(lb_call(c, "{s:s}", "op", "ping"), "redis"), "down") != 0; k++)
+		lb_sleep_ms(100);
+	cr_assert(lb_send_line(c, "{\"id\":7,\"op\":\"release\",\"lease\":\"nope\"}"));
+	lb_expect_err(lb_read_msg(c, 2000), "not_held");
+	again = lb_read_msg(c, 1000);
+	cr_assert_null(again, "a second answer: %s", lb_dump(again));
+	lb_end();
+}
+
+/* A request refused before it runs (an unknown op) with the id of a
+ * pending request: refused as a duplicate, and the pending request keeps
+ * its id. */
+LB_TEST(contract, an_early_error_keeps_the_pending_id, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *h = lb_connect(b, LB_TCP), *c = lb_connect(b, LB_TCP);
+	json_t *p;
+
+	lb_must_acquire(h, "pi", 30000);
+	cr_assert(lb_send_line(c, "{\"id\":5,\"op\":\"acquire\",\"lock\":\"pi\",\"wait_ms\":20000}"));
+	lb_wait_waiters(h, "pi", 1, 5000);
+	cr_assert(lb_send_line(c, "{\"id\":5,\"op\":\"nope\"}"));
+	lb_expect_err(lb_read_msg(c, 2000), "invalid_argument");
+	cr_assert(lb_send_line(c, "{\"id\":6,\"op\":\"nope\"}"));
+	lb_expect_err(lb_read_msg(c, 2000), "unknown_op");
+	cr_assert(lb_send_line(c, "{\"id\":5,\"op\":\"ping\"}"));
+	p = lb_read_msg(c, 2000);
+	cr_assert(lb_is_err(p, "invalid_argument"), "id 5 is pending, yet: %s", lb_dump(p));
+	lb_end();
+}

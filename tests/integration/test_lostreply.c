@@ -404,3 +404,84 @@ LB_TEST(lostreply, a_withdraw_whose_reply_was_lost_answers_cancelled, 40)
 	lb_expect_free(h, "wl");
 	lb_end();
 }
+
+/* A detached waiting acquire whose reply (queued) is lost: the test
+ * connection x is unblocked by the ZADD that queues the waiter (BZPOPMIN
+ * takes the entry), kills the broker's one command connection before the
+ * acquire's reply is written, and puts the entry back. */
+static void lose_queued_acquire(lb_redis *r, lb_client *d, const char *lock)
+{
+	long long ids[4];
+	size_t n = lb_redis_broker_conns(r, ids, 4, false);
+	redisContext *x;
+	redisReply *pop = NULL, *rep;
+	char line[256];
+
+	cr_assert_eq(n, 1);
+	x = lb_redis_conn_new(r);
+	lb_redis_async_also(x, "BZPOPMIN lb:{%s}:q 0", lock);
+	lb_redis_async_also(x, "CLIENT KILL ID %lld", ids[0]);
+	lb_sleep_ms(100);
+	snprintf(line, sizeof(line), "{\"id\":\"d\",\"op\":\"acquire\",\"lock\":\"%s\",\"detach\":true,"
+	         "\"ttl_ms\":20000,\"wait_ms\":30000}", lock);
+	cr_assert(lb_send_line(d, line));
+	cr_assert_eq(redisGetReply(x, (void **)&pop), REDIS_OK);
+	cr_assert_eq(pop->type, REDIS_REPLY_ARRAY);
+	rep = lb_redis_cmd(r, "ZADD lb:{%s}:q %s %s", lock, pop->element[2]->str, pop->element[1]->str);
+	cr_assert_eq(rep->type, REDIS_REPLY_INTEGER);
+	freeReplyObject(pop);
+	lb_redis_async_wait(x, 1);
+}
+
+/* Then the heartbeat sends it again, its pointer first; a release (sent
+ * behind that pointer while Redis sleeps) grants it while its acquire is
+ * on its way, and that acquire's "granted already" must not give the
+ * detached grant back (it is in no lease table). */
+LB_TEST(lostreply, a_detached_grant_is_not_given_back_by_its_resent_acquire, 60)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, "--pool", "1", NULL);
+	lb_client *h = lb_connect(b, LB_TCP), *d = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_TCP);
+	const char *lease = lb_must_acquire(h, "dp", 30000);
+	redisContext *sleeper;
+	char line[256];
+	json_t *t;
+
+	lose_queued_acquire(r, d, "dp");
+	lb_sleep_ms(400);
+	sleeper = lb_redis_send_async(r, "DEBUG SLEEP 1.2");
+	lb_sleep_ms(900); /* the heartbeat (~1 s after the loss) sent the pointer */
+	snprintf(line, sizeof(line), "{\"id\":\"rl\",\"op\":\"release\",\"lease\":\"%s\"}", lease);
+	cr_assert(lb_send_line(h, line));
+	lb_redis_async_wait(sleeper, 1);
+	lb_expect_ok(wait_id(d, "d"));
+	lb_sleep_ms(500);
+	t = lb_try_acquire(o, "dp", 1000);
+	cr_assert(lb_is_err(t, "timeout"), "detached lease given away while held: %s", lb_dump(t));
+	lb_end();
+}
+
+/* The release goes before the heartbeat's pointer: the grant comes while
+ * the pointer is on its way, and the acquire is answered once. */
+LB_TEST(lostreply, a_detached_waiter_granted_during_its_pointer_answers_once, 60)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, "--pool", "1", NULL);
+	lb_client *h = lb_connect(b, LB_TCP), *d = lb_connect(b, LB_TCP);
+	const char *lease = lb_must_acquire(h, "dq", 30000);
+	redisContext *sleeper;
+	char line[256];
+	json_t *again;
+
+	lose_queued_acquire(r, d, "dq");
+	lb_sleep_ms(400);
+	sleeper = lb_redis_send_async(r, "DEBUG SLEEP 1.2");
+	lb_sleep_ms(100);
+	snprintf(line, sizeof(line), "{\"id\":\"rl\",\"op\":\"release\",\"lease\":\"%s\"}", lease);
+	cr_assert(lb_send_line(h, line));
+	lb_redis_async_wait(sleeper, 1);
+	lb_expect_ok(wait_id(d, "d"));
+	again = lb_read_msg(d, 1500);
+	cr_assert_null(again, "a second answer to the same acquire: %s", lb_dump(again));
+	lb_end();
+}
