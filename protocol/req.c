@@ -11,18 +11,18 @@
  *   req->u and cancel's target all borrow from root until req_clear().
  * - req->id is non-NULL only once the id passed its check, so a caller may
  *   always echo it.
- * - Integers are JSON integers in [-2^53, 2^53]. A document holding an
- *   integer too big for jansson's json_int_t is loaded again with integers
- *   read as reals; its top-level reals that are integral and in that range
- *   are turned back into integers, every other real stays a real, which no
- *   integer field accepts.
- * - A line is loaded by protocol/flatjson.c when it is a flat object of
- *   plain values, else by jansson; both give the same document.
+ * - A line is loaded by protocol/reqjson.c, which reads every integer
+ *   token exactly and on its own: one in json_int_t is an integer, one
+ *   beyond is a real, a token written as a real stays one. Integers are
+ *   taken in [-2^53, 2^53] only, so anything else where an integer is
+ *   read (a real, a larger integer) gets the field's usual message.
+ * - bad_json says what is wrong and at which byte (counted from 0), in
+ *   reqjson's words; it never quotes the line.
  * - No message ever quotes raw input: names are cut to 64 bytes and every
  *   byte outside printable ASCII becomes '?'.
  */
 #include "protocol/req.h"
-#include "protocol/flatjson.h"
+#include "protocol/reqjson.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LOAD_FLAGS (JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY)
 #define QUOTE_MAX 64 /* bytes of a client-supplied name quoted in a message */
 
 static int fail(req_error_t *err, lb_err_t code, const char *fmt, ...)
@@ -88,31 +87,6 @@ bool req_id_valid(const json_t *v)
 	if (json_is_string(v))
 		return json_string_length(v) <= REQ_ID_MAX_BYTES;
 	return get_int(v, &i);
-}
-
-/* After a reload with JSON_DECODE_INT_AS_REAL: turns each top-level real
- * that is integral and within [-2^53, 2^53] back into an integer. Only
- * top-level values are ever read as integers (id, target, fields). */
-static void restore_ints(json_t *root)
-{
-	void *it;
-
-	for (it = json_object_iter(root); it != NULL;
-	     it = json_object_iter_next(root, it)) {
-		json_t *v = json_object_iter_value(it);
-		double d;
-		json_t *i;
-
-		if (!json_is_real(v))
-			continue;
-		d = json_real_value(v);
-		if (d < -(double)REQ_ID_MAX_INT || d > (double)REQ_ID_MAX_INT ||
-		    d != (double)(json_int_t)d)
-			continue;
-		i = json_integer((json_int_t)d);
-		if (i == NULL || json_object_iter_set_new(root, it, i) != 0)
-			abort(); /* out of memory */
-	}
 }
 
 /* ---- ops and their fields ---------------------------------------------- */
@@ -381,7 +355,7 @@ static int unpack_field(const field_t *fd, json_t *v, char *dst,
 
 int req_parse(const char *line, size_t len, req_t *req, req_error_t *err)
 {
-	json_error_t jerr;
+	reqjson_error_t jerr;
 	json_t *root, *op, *id;
 	const char *name;
 	size_t name_len;
@@ -389,18 +363,10 @@ int req_parse(const char *line, size_t len, req_t *req, req_error_t *err)
 	int i;
 
 	memset(req, 0, sizeof(*req));
-	/* Flat lines (nearly all) without jansson's lexer; it decides the rest. */
-	root = flatjson_load(line, len);
+	root = reqjson_load(line, len, &jerr);
 	if (root == NULL)
-		root = json_loadb(line, len, LOAD_FLAGS, &jerr);
-	if (root == NULL && json_error_code(&jerr) == json_error_numeric_overflow) {
-		root = json_loadb(line, len, LOAD_FLAGS | JSON_DECODE_INT_AS_REAL,
-				  &jerr);
-		if (root != NULL && json_is_object(root))
-			restore_ints(root);
-	}
-	if (root == NULL)
-		return fail(err, LB_E_BAD_JSON, "%s", lb_err_message(LB_E_BAD_JSON));
+		return fail(err, LB_E_BAD_JSON, "invalid JSON at byte %zu: %s",
+			    jerr.offset, jerr.what);
 	req->root = root;
 
 	if (!json_is_object(root))
