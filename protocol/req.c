@@ -360,6 +360,7 @@ int req_parse(const char *line, size_t len, req_t *req, req_error_t *err)
 	const char *name;
 	size_t name_len;
 	char q[QUOTE_MAX + 4];
+	bool id_ok;
 	int i;
 
 	memset(req, 0, sizeof(*req));
@@ -371,21 +372,23 @@ int req_parse(const char *line, size_t len, req_t *req, req_error_t *err)
 
 	if (!json_is_object(root))
 		return fail(err, LB_E_BAD_REQUEST, "the request must be a JSON object");
+	/* From here on every answer carries a valid id, bad_request included;
+	 * a bad id is reported once the shape is known to be right. */
+	id = json_object_get(root, "id");
+	id_ok = id == NULL || json_is_null(id) || req_id_valid(id);
+	if (id_ok && id != NULL && !json_is_null(id))
+		req->id = id;
+
 	op = json_object_get(root, "op");
 	if (op == NULL)
 		return fail(err, LB_E_BAD_REQUEST, "field 'op' is required");
 	if (!json_is_string(op))
 		return fail(err, LB_E_BAD_REQUEST, "field 'op' must be a string");
-
-	id = json_object_get(root, "id");
-	if (id != NULL && !json_is_null(id)) {
-		if (!req_id_valid(id))
-			return fail(err, LB_E_INVALID_ARGUMENT,
-				    "field 'id' must be a string of at most %d bytes "
-				    "or an integer in -%" PRId64 "..%" PRId64,
-				    REQ_ID_MAX_BYTES, REQ_ID_MAX_INT, REQ_ID_MAX_INT);
-		req->id = id;
-	}
+	if (!id_ok)
+		return fail(err, LB_E_INVALID_ARGUMENT,
+			    "field 'id' must be a string of at most %d bytes "
+			    "or an integer in -%" PRId64 "..%" PRId64,
+			    REQ_ID_MAX_BYTES, REQ_ID_MAX_INT, REQ_ID_MAX_INT);
 
 	name = json_string_value(op);
 	name_len = json_string_length(op);

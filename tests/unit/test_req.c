@@ -288,11 +288,19 @@ Test(req, op_missing_or_not_string_is_bad_request)
 
 Test(req, shape_is_checked_before_id)
 {
-	/* A valid id is not echoed for bad_request... */
-	expect_id("{\"id\":5}", LB_E_BAD_REQUEST, NULL);
-	expect_id("{\"id\":\"x\",\"op\":2}", LB_E_BAD_REQUEST, NULL);
-	/* ...and a bad id does not hide a bad shape. */
+	/* A valid id is echoed by a bad_request too, so a client matching
+	 * answers by id gets this one (issue 14)... */
+	expect_id("{\"id\":5}", LB_E_BAD_REQUEST, "5");
+	expect_id("{\"id\":\"x\",\"op\":2}", LB_E_BAD_REQUEST, "\"x\"");
+	expect_id("{\"op\":null,\"id\":-9007199254740992}", LB_E_BAD_REQUEST,
+		  "-9007199254740992");
+	expect_id("{\"id\":null,\"lock\":\"a\"}", LB_E_BAD_REQUEST, NULL);
+	/* ...but a bad id does not hide a bad shape, and is not echoed. */
 	expect_id("{\"id\":true}", LB_E_BAD_REQUEST, NULL);
+	expect_id("{\"id\":1.0,\"op\":[]}", LB_E_BAD_REQUEST, NULL);
+	expect_id("{\"id\":9007199254740993}", LB_E_BAD_REQUEST, NULL);
+	/* Not an object: no id to look at. */
+	expect_id("[{\"id\":5,\"op\":\"ping\"}]", LB_E_BAD_REQUEST, NULL);
 }
 
 /* ---- id ---------------------------------------------------------------- */
@@ -547,7 +555,7 @@ Test(req, a_key_holding_nul_is_an_unknown_field)
 		   LB_E_INVALID_ARGUMENT, "unknown field 'lock?'", "\"n\"");
 	/* "op\u0000" is not "op": the op is still missing. */
 	expect_msg("{\"id\":3,\"op\\u0000\":\"ping\"}", LB_E_BAD_REQUEST,
-		   "field 'op' is required", NULL);
+		   "field 'op' is required", "3");
 	expect_id("{\"id\\u0000\":3,\"op\":\"nope\"}", LB_E_UNKNOWN_OP, NULL);
 }
 
