@@ -351,6 +351,45 @@ static int unpack_field(const field_t *fd, json_t *v, char *dst,
 	return fail(err, LB_E_INTERNAL, "field '%s' has no kind", fd->name);
 }
 
+/* True when key names a field of an op other than def (a request sent with
+ * the wrong op's fields, "lock" on a release). */
+static bool field_of_another_op(const op_def_t *def, const char *key,
+				size_t key_len)
+{
+	size_t i, j;
+
+	for (i = 0; i < OP__COUNT; i++) {
+		if (&ops[i] == def)
+			continue;
+		for (j = 0; j < ops[i].nfields; j++)
+			if (streq(key, key_len, ops[i].fields[j].name))
+				return true;
+	}
+	return false;
+}
+
+/* "unknown field 'F'", and when F belongs to another op, the fields this
+ * op takes: "unknown field 'lock' (release takes 'lease')". */
+static int unknown_field(const op_def_t *def, const char *key, size_t key_len,
+			 req_error_t *err)
+{
+	char q[QUOTE_MAX + 4], list[160];
+	size_t i, n = 0;
+
+	quote(key, key_len, q);
+	if (!field_of_another_op(def, key, key_len))
+		return fail(err, LB_E_INVALID_ARGUMENT, "unknown field '%s'", q);
+	if (def->nfields == 0)
+		return fail(err, LB_E_INVALID_ARGUMENT,
+			    "unknown field '%s' (%s takes no fields)", q, def->name);
+	list[0] = '\0';
+	for (i = 0; i < def->nfields && n < sizeof(list); i++)
+		n += (size_t)snprintf(list + n, sizeof(list) - n, "%s'%s'",
+				      i > 0 ? ", " : "", def->fields[i].name);
+	return fail(err, LB_E_INVALID_ARGUMENT, "unknown field '%s' (%s takes %s)",
+		    q, def->name, list);
+}
+
 /* ---- entry points ------------------------------------------------------ */
 
 int req_parse(const char *line, size_t len, req_t *req, req_error_t *err)
@@ -409,7 +448,6 @@ int req_unpack(req_t *req, req_error_t *err)
 	size_t key_len, i;
 	json_t *v;
 	unsigned present = 0;
-	char q[QUOTE_MAX + 4];
 
 	if (req->root == NULL || !json_is_object(req->root) ||
 	    (int)req->op < 0 || req->op >= OP__COUNT)
@@ -424,8 +462,7 @@ int req_unpack(req_t *req, req_error_t *err)
 		for (i = 0; !known && i < def->nfields; i++)
 			known = streq(key, key_len, def->fields[i].name);
 		if (!known)
-			return fail(err, LB_E_INVALID_ARGUMENT, "unknown field '%s'",
-				    quote(key, key_len, q));
+			return unknown_field(def, key, key_len, err);
 	}
 
 	for (i = 0; i < def->nfields; i++) {

@@ -4,7 +4,8 @@
  * The checks run in the order PROTOCOL.md fixes, and the first that fails
  * answers: JSON (bad_json), shape (bad_request), id (invalid_argument), op
  * name (unknown_op), [auth: the broker's business, between req_parse and
- * req_unpack], fields (invalid_argument, the message names the field).
+ * req_unpack], fields (invalid_argument, the message names the field; a
+ * field of another op also gets the list of this op's fields).
  *
  * Ownership: a req_t owns its parsed JSON document (root). Every string and
  * the id inside a req_t point into that document and stay valid until

@@ -559,6 +559,42 @@ Test(req, a_key_holding_nul_is_an_unknown_field)
 	expect_id("{\"id\\u0000\":3,\"op\":\"nope\"}", LB_E_UNKNOWN_OP, NULL);
 }
 
+Test(req, a_field_of_another_op_lists_this_ops_fields)
+{
+	expect_msg("{\"op\":\"release\",\"lock\":\"a\"}", LB_E_INVALID_ARGUMENT,
+		   "unknown field 'lock' (release takes 'lease')", NULL);
+	expect_msg("{\"id\":4,\"op\":\"release\",\"lease\":\"l\",\"ttl_ms\":100}",
+		   LB_E_INVALID_ARGUMENT,
+		   "unknown field 'ttl_ms' (release takes 'lease')", "4");
+	expect_msg("{\"op\":\"extend\",\"lease\":\"l\",\"ttl_ms\":100,\"mode\":null}",
+		   LB_E_INVALID_ARGUMENT,
+		   "unknown field 'mode' (extend takes 'lease', 'ttl_ms')", NULL);
+	expect_msg("{\"op\":\"acquire\",\"lock\":\"a\",\"lease\":\"l\"}",
+		   LB_E_INVALID_ARGUMENT,
+		   "unknown field 'lease' (acquire takes 'lock', 'mode', 'limit', 'ttl_ms', "
+		   "'wait_ms', 'watchdog', 'owner', 'fair', 'detach', 'max_hold_ms')", NULL);
+	expect_msg("{\"op\":\"hello\",\"lock\":\"a\"}", LB_E_INVALID_ARGUMENT,
+		   "unknown field 'lock' (hello takes 'client', 'auth', 'keepalive_ms')",
+		   NULL);
+	expect_msg("{\"op\":\"inspect\",\"target\":1}", LB_E_INVALID_ARGUMENT,
+		   "unknown field 'target' (inspect takes 'lock')", NULL);
+	expect_msg("{\"op\":\"cancel\",\"auth\":\"s\"}", LB_E_INVALID_ARGUMENT,
+		   "unknown field 'auth' (cancel takes 'target')", NULL);
+	expect_msg("{\"op\":\"leases\",\"lock\":\"a\"}", LB_E_INVALID_ARGUMENT,
+		   "unknown field 'lock' (leases takes no fields)", NULL);
+	expect_msg("{\"op\":\"ping\",\"client\":\"c\"}", LB_E_INVALID_ARGUMENT,
+		   "unknown field 'client' (ping takes no fields)", NULL);
+	expect_msg("{\"op\":\"stats\",\"max_hold_ms\":100}", LB_E_INVALID_ARGUMENT,
+		   "unknown field 'max_hold_ms' (stats takes no fields)", NULL);
+	/* A name no op takes stays short, as does a near miss. */
+	expect_msg("{\"op\":\"release\",\"lease\":\"l\",\"x\":1}",
+		   LB_E_INVALID_ARGUMENT, "unknown field 'x'", NULL);
+	expect_msg("{\"op\":\"acquire\",\"lock\":\"a\",\"Lock\":1}",
+		   LB_E_INVALID_ARGUMENT, "unknown field 'Lock'", NULL);
+	expect_msg("{\"op\":\"ping\",\"lock\\u0000\":1}",
+		   LB_E_INVALID_ARGUMENT, "unknown field 'lock?'", NULL);
+}
+
 Test(req, unknown_field_is_reported_before_bad_values)
 {
 	/* lock missing and ttl_ms out of range, but the typo comes first. */
