@@ -156,9 +156,13 @@ build/fuzz/%.o: %.c
 build/fuzz/liblb.a: $(FUZZ_LIB_OBJS)
 	ar rcs $@ $^
 build/fuzz/fuzz_%: build/fuzz/tests/fuzz/fuzz_%.o build/fuzz/liblb.a
-	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(FUZZ_LDFLAGS) $(PKG_LIBS) -lm
-# The config target may open no file but its own (tests/fuzz/fuzz_config.c).
-build/fuzz/fuzz_config: FUZZ_LDFLAGS := -Wl,--wrap=open,--wrap=open64,--wrap=fopen,--wrap=fopen64
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(PKG_LIBS) -lm
+# The config loader may open no file but the target's own: its calls of
+# open/fopen go to the target's sandbox_* (tests/fuzz/fuzz_config.c).
+build/fuzz/config_sandboxed.o: build/fuzz/broker/config.o
+	objcopy $(foreach f,open open64 fopen fopen64,--redefine-sym $(f)=sandbox_$(f)) $< $@
+build/fuzz/fuzz_config: build/fuzz/tests/fuzz/fuzz_config.o build/fuzz/config_sandboxed.o build/fuzz/liblb.a
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(PKG_LIBS) -lm
 
 fuzz-protocol:
 	@FUZZ=1 sh deploy/install-deps.sh

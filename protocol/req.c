@@ -10,7 +10,8 @@
  * - A req_t owns its document (root) and nothing else: req->id, strings in
  *   req->u and cancel's target all borrow from root until req_clear().
  * - req->id is non-NULL only once the id passed its check, so a caller may
- *   always echo it.
+ *   always echo it; it is set as soon as the line is an object with a
+ *   valid id, so every answer but bad_json and "not an object" carries it.
  * - A line is loaded by protocol/reqjson.c, which reads every integer
  *   token exactly and on its own: one in json_int_t is an integer, one
  *   beyond is a real, a token written as a real stays one. Integers are

@@ -11,10 +11,11 @@
  *
  * The loader opens files named in the input. So that it opens nothing but
  * "c" and "s", the target runs in a private temporary directory and the
- * link wraps open/fopen (-Wl,--wrap, Makefile): a name holding '/' is
- * refused with ENOENT, never opened, whatever the input asks for
- * (/dev/watchdog, a FIFO, /dev/stdin...). stdout goes to /dev/null (--help)
- * and LOCKBROKER_REDIS_PASSWORD is unset.
+ * loader's open/fopen calls are renamed to this file's sandbox_* (objcopy,
+ * Makefile): a name holding '/' is refused with ENOENT, never opened,
+ * whatever the input asks for (/dev/watchdog, a FIFO, /dev/stdin...).
+ * libFuzzer's own files (corpus, crash inputs) are untouched by this.
+ * stdout goes to /dev/null (--help) and LOCKBROKER_REDIS_PASSWORD is unset.
  *
  * Checked, from config.h's contract:
  * - config_load returns CONFIG_OK, CONFIG_EXIT or CONFIG_ERROR; on the last
@@ -54,14 +55,13 @@
 
 /* ---- the only files the loader may open ---------------------------------- */
 
-int __real_open(const char *path, int flags, ...);
-int __real_open64(const char *path, int flags, ...);
-FILE *__real_fopen(const char *path, const char *mode);
-FILE *__real_fopen64(const char *path, const char *mode);
-int __wrap_open(const char *path, int flags, ...);
-int __wrap_open64(const char *path, int flags, ...);
-FILE *__wrap_fopen(const char *path, const char *mode);
-FILE *__wrap_fopen64(const char *path, const char *mode);
+/* The Makefile renames config.o's calls of open, open64, fopen and fopen64
+ * to these (objcopy --redefine-sym); nothing else in the binary, libFuzzer
+ * included, goes through them. */
+int sandbox_open(const char *path, int flags, ...);
+int sandbox_open64(const char *path, int flags, ...);
+FILE *sandbox_fopen(const char *path, const char *mode);
+FILE *sandbox_fopen64(const char *path, const char *mode);
 
 static bool allowed(const char *path)
 {
@@ -76,7 +76,7 @@ static mode_t mode_arg(int flags, va_list ap)
 	return (flags & (O_CREAT | O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
 }
 
-int __wrap_open(const char *path, int flags, ...)
+int sandbox_open(const char *path, int flags, ...)
 {
 	va_list ap;
 	mode_t mode;
@@ -84,10 +84,10 @@ int __wrap_open(const char *path, int flags, ...)
 	va_start(ap, flags);
 	mode = mode_arg(flags, ap);
 	va_end(ap);
-	return allowed(path) ? __real_open(path, flags, mode) : -1;
+	return allowed(path) ? open(path, flags, mode) : -1;
 }
 
-int __wrap_open64(const char *path, int flags, ...)
+int sandbox_open64(const char *path, int flags, ...)
 {
 	va_list ap;
 	mode_t mode;
@@ -95,17 +95,17 @@ int __wrap_open64(const char *path, int flags, ...)
 	va_start(ap, flags);
 	mode = mode_arg(flags, ap);
 	va_end(ap);
-	return allowed(path) ? __real_open64(path, flags, mode) : -1;
+	return allowed(path) ? open64(path, flags, mode) : -1;
 }
 
-FILE *__wrap_fopen(const char *path, const char *mode)
+FILE *sandbox_fopen(const char *path, const char *mode)
 {
-	return allowed(path) ? __real_fopen(path, mode) : NULL;
+	return allowed(path) ? fopen(path, mode) : NULL;
 }
 
-FILE *__wrap_fopen64(const char *path, const char *mode)
+FILE *sandbox_fopen64(const char *path, const char *mode)
 {
-	return allowed(path) ? __real_fopen64(path, mode) : NULL;
+	return allowed(path) ? fopen64(path, mode) : NULL;
 }
 
 /* ---- the target ------------------------------------------------------------ */
@@ -138,7 +138,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	CHECK(mkdtemp(dir) != NULL);
 	CHECK(chdir(dir) == 0);
 	atexit(remove_dir);
-	fd = __real_open("/dev/null", O_WRONLY);
+	fd = open("/dev/null", O_WRONLY);
 	CHECK(fd >= 0 && dup2(fd, STDOUT_FILENO) == STDOUT_FILENO);
 	close(fd);
 	unsetenv("LOCKBROKER_REDIS_PASSWORD");
