@@ -74,8 +74,10 @@ static json_t *must(json_t *v)
 }
 
 /* Records the fault at `at`. The end of the line and a NUL byte say so
- * whatever was expected there. Returns NULL for the callers' convenience. */
-static json_t *fail(parser_t *ps, const char *at, const char *what)
+ * whatever was expected there. Returns NULL for the callers' convenience.
+ * The fault paths are cold: kept out of the way of the hot loops. */
+static __attribute__((cold)) json_t *fail(parser_t *ps, const char *at,
+					  const char *what)
 {
 	if (at == ps->end)
 		what = "unexpected end of line";
@@ -87,13 +89,15 @@ static json_t *fail(parser_t *ps, const char *at, const char *what)
 }
 
 /* fail() for the helpers that return a position or a truth value. */
-static const char *fail_esc(parser_t *ps, const char *at, const char *what)
+static __attribute__((cold)) const char *fail_esc(parser_t *ps, const char *at,
+						  const char *what)
 {
 	fail(ps, at, what);
 	return NULL;
 }
 
-static bool fail_str(parser_t *ps, const char *at, const char *what)
+static __attribute__((cold)) bool fail_str(parser_t *ps, const char *at,
+					   const char *what)
 {
 	fail(ps, at, what);
 	return false;
@@ -265,7 +269,7 @@ static const char *unescape(parser_t *ps, const char *q, size_t *n)
  * escapes (decoded into the scratch buffer from the first one on), UTF-8
  * sequences, or a fault. first is the string's first byte.
  */
-static __attribute__((noinline)) bool
+static __attribute__((noinline, cold)) bool
 parse_string_slow(parser_t *ps, const char *first, const char *q,
 		  const char **s, size_t *len, bool *decoded)
 {
