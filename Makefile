@@ -149,6 +149,8 @@ FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -I. $(PKG_CFLAGS) -O1 -g
                 $(FUZZ_SAN) -fsanitize=fuzzer-no-link
 FUZZ_LIB_OBJS := $(patsubst %.c,build/fuzz/%.o,$(wildcard protocol/*.c) broker/url.c broker/config.c)
 FUZZ_BINS    := $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_TARGETS))
+# Kept: make would delete these as intermediates and rebuild them each time.
+.SECONDARY: $(patsubst %,build/fuzz/tests/fuzz/fuzz_%.o,$(FUZZ_TARGETS))
 
 build/fuzz/%.o: %.c
 	@mkdir -p $(dir $@)
