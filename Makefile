@@ -35,7 +35,7 @@ INTEG_SRCS := $(wildcard tests/integration/*.c)
 REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.o
 SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o
 
-.PHONY: all deps run test unit integration clean install bench fuzz
+.PHONY: all deps run test unit integration clean install bench fuzz fuzz-protocol
 # lockctl, the command-line client, is built once its sources exist.
 LOCKCTL_BIN := $(if $(LOCKCTL_SRCS),build/lockctl)
 LOCKCTL_SAN := $(if $(LOCKCTL_SRCS),build/san/lockctl)
@@ -136,6 +136,40 @@ FUZZ_SEEDS ?= 20
 FUZZ_STEPS ?= 2500
 fuzz: deps
 	sh tests/fuzz/run.sh $(FUZZ_SEEDS) $(FUZZ_STEPS)
+
+# libFuzzer targets for the protocol layer and the daemon's parsers (issue
+# 14; tests/fuzz/README.md), built with clang under ASan+UBSan into
+# build/fuzz/; never part of `make test`, which needs no clang. Knob:
+# FUZZ_SECONDS, the run time of each target (default 45, four targets).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 45
+FUZZ_TARGETS := frame req url config
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -I. $(PKG_CFLAGS) -O1 -g \
+                $(FUZZ_SAN) -fsanitize=fuzzer-no-link
+FUZZ_LIB_OBJS := $(patsubst %.c,build/fuzz/%.o,$(wildcard protocol/*.c) broker/url.c broker/config.c)
+FUZZ_BINS    := $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_TARGETS))
+# Kept: make would delete these as intermediates and rebuild them each time.
+.SECONDARY: $(patsubst %,build/fuzz/tests/fuzz/fuzz_%.o,$(FUZZ_TARGETS))
+
+build/fuzz/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+build/fuzz/liblb.a: $(FUZZ_LIB_OBJS)
+	ar rcs $@ $^
+build/fuzz/fuzz_%: build/fuzz/tests/fuzz/fuzz_%.o build/fuzz/liblb.a
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(PKG_LIBS) -lm
+# The config loader may open no file but the target's own: its calls of
+# open/fopen go to the target's sandbox_* (tests/fuzz/fuzz_config.c).
+build/fuzz/config_sandboxed.o: build/fuzz/broker/config.o
+	objcopy $(foreach f,open open64 fopen fopen64,--redefine-sym $(f)=sandbox_$(f)) $< $@
+build/fuzz/fuzz_config: build/fuzz/tests/fuzz/fuzz_config.o build/fuzz/config_sandboxed.o build/fuzz/liblb.a
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(PKG_LIBS) -lm
+
+fuzz-protocol:
+	@FUZZ=1 sh deploy/install-deps.sh
+	@$(MAKE) --no-print-directory $(FUZZ_BINS)
+	sh tests/fuzz/run_protocol.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 clean:
 	rm -rf build

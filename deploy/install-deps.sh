@@ -1,10 +1,15 @@
 #!/bin/sh
 # Installs, only when missing, every Debian package lockbroker needs to build,
 # test and run. Safe to run again: it does nothing when all are present.
+# FUZZ=1 (make fuzz-protocol) adds clang and its libFuzzer runtime, which
+# nothing else needs.
 set -eu
 
 PKGS="build-essential pkg-config xxd libuv1-dev libhiredis-dev libjansson-dev \
 libcriterion-dev redis-server redis-tools socat curl"
+if [ "${FUZZ:-}" = 1 ]; then
+	PKGS="$PKGS clang libclang-rt-dev"
+fi
 
 missing=""
 for p in $PKGS; do

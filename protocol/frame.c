@@ -10,6 +10,8 @@
  *   scan always resumes at start + scanned, so framing is O(bytes fed).
  * - Only the first pending line is ever checked for length, so every line
  *   before a too-long one is still returned, in order, before the error.
+ * - A line frame_next returns is never blank: it holds a byte other than
+ *   ' ' and '\t' (blank lines are consumed and dropped, as empty ones).
  * - buf is NULL whenever nothing is pending: an idle connection holds no
  *   buffer. Once err is set (FRAME_TOO_LONG) it never clears and nothing is
  *   buffered any more.
@@ -18,6 +20,7 @@
  */
 #include "protocol/frame.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +166,18 @@ int frame_feed(frame_t *f, const char *data, size_t n)
 	return rc == FRAME_TOO_LONG ? rc : 0;
 }
 
+/* True when line[0, n) is only spaces and tabs (or empty). Only the first
+ * bytes are read for a real request, which starts with '{'. */
+static bool is_blank(const char *line, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (line[i] != ' ' && line[i] != '\t')
+			return false;
+	return true;
+}
+
 int frame_next(frame_t *f, const char **line, size_t *len)
 {
 	size_t nl, n;
@@ -186,8 +201,8 @@ int frame_next(frame_t *f, const char **line, size_t *len)
 		*len = n;
 		f->start = nl + 1;
 		f->scanned = 0;
-		if (n > 0)
+		if (!is_blank(*line, n))
 			return FRAME_LINE;
-		/* An empty line ("\n" or "\r\n"): skip it. */
+		/* A blank line ("\n", "\r\n", " \t\r\n"...): skip it. */
 	}
 }

@@ -2,7 +2,8 @@
  * frame.h - I/O-free line framing with a hard maximum line length.
  *
  * Feed bytes as they arrive, then take complete lines. A line ends at "\n";
- * a "\r" right before it is dropped. Empty lines are skipped. A line longer
+ * a "\r" right before it is dropped. Blank lines are skipped: empty ones and
+ * those of only spaces and tabs (PROTOCOL.md: no answer at all). A line longer
  * than max_line bytes (not counting its "\n" or "\r\n") is an error, detected
  * as soon as more than max_line bytes (a final pending "\r" not counted) have
  * arrived without a newline. Errors are sticky: once FRAME_TOO_LONG is
@@ -39,7 +40,7 @@ void frame_free(frame_t *f);
 /* Appends n bytes. Returns 0, or FRAME_TOO_LONG (sticky). Never fails on
  * memory (aborts). A line returned by frame_next is invalid after this. */
 int frame_feed(frame_t *f, const char *data, size_t n);
-/* Takes the next complete non-empty line: FRAME_LINE with *line (not
+/* Takes the next complete line that is not blank: FRAME_LINE with *line (not
  * NUL-terminated, without "\n" or "\r\n") and *len; FRAME_NEED_MORE; or
  * FRAME_TOO_LONG. */
 int frame_next(frame_t *f, const char **line, size_t *len);

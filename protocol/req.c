@@ -10,19 +10,20 @@
  * - A req_t owns its document (root) and nothing else: req->id, strings in
  *   req->u and cancel's target all borrow from root until req_clear().
  * - req->id is non-NULL only once the id passed its check, so a caller may
- *   always echo it.
- * - Integers are JSON integers in [-2^53, 2^53]. A document holding an
- *   integer too big for jansson's json_int_t is loaded again with integers
- *   read as reals; its top-level reals that are integral and in that range
- *   are turned back into integers, every other real stays a real, which no
- *   integer field accepts.
- * - A line is loaded by protocol/flatjson.c when it is a flat object of
- *   plain values, else by jansson; both give the same document.
+ *   always echo it; it is set as soon as the line is an object with a
+ *   valid id, so every answer but bad_json and "not an object" carries it.
+ * - A line is loaded by protocol/reqjson.c, which reads every integer
+ *   token exactly and on its own: one in json_int_t is an integer, one
+ *   beyond is a real, a token written as a real stays one. Integers are
+ *   taken in [-2^53, 2^53] only, so anything else where an integer is
+ *   read (a real, a larger integer) gets the field's usual message.
+ * - bad_json says what is wrong and at which byte (counted from 0), in
+ *   reqjson's words; it never quotes the line.
  * - No message ever quotes raw input: names are cut to 64 bytes and every
  *   byte outside printable ASCII becomes '?'.
  */
 #include "protocol/req.h"
-#include "protocol/flatjson.h"
+#include "protocol/reqjson.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -30,7 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LOAD_FLAGS (JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY)
 #define QUOTE_MAX 64 /* bytes of a client-supplied name quoted in a message */
 
 static int fail(req_error_t *err, lb_err_t code, const char *fmt, ...)
@@ -88,31 +88,6 @@ bool req_id_valid(const json_t *v)
 	if (json_is_string(v))
 		return json_string_length(v) <= REQ_ID_MAX_BYTES;
 	return get_int(v, &i);
-}
-
-/* After a reload with JSON_DECODE_INT_AS_REAL: turns each top-level real
- * that is integral and within [-2^53, 2^53] back into an integer. Only
- * top-level values are ever read as integers (id, target, fields). */
-static void restore_ints(json_t *root)
-{
-	void *it;
-
-	for (it = json_object_iter(root); it != NULL;
-	     it = json_object_iter_next(root, it)) {
-		json_t *v = json_object_iter_value(it);
-		double d;
-		json_t *i;
-
-		if (!json_is_real(v))
-			continue;
-		d = json_real_value(v);
-		if (d < -(double)REQ_ID_MAX_INT || d > (double)REQ_ID_MAX_INT ||
-		    d != (double)(json_int_t)d)
-			continue;
-		i = json_integer((json_int_t)d);
-		if (i == NULL || json_object_iter_set_new(root, it, i) != 0)
-			abort(); /* out of memory */
-	}
 }
 
 /* ---- ops and their fields ---------------------------------------------- */
@@ -377,49 +352,83 @@ static int unpack_field(const field_t *fd, json_t *v, char *dst,
 	return fail(err, LB_E_INTERNAL, "field '%s' has no kind", fd->name);
 }
 
+/* True when key names a field of an op other than def (a request sent with
+ * the wrong op's fields, "lock" on a release). */
+static bool field_of_another_op(const op_def_t *def, const char *key,
+				size_t key_len)
+{
+	size_t i, j;
+
+	for (i = 0; i < OP__COUNT; i++) {
+		if (&ops[i] == def)
+			continue;
+		for (j = 0; j < ops[i].nfields; j++)
+			if (streq(key, key_len, ops[i].fields[j].name))
+				return true;
+	}
+	return false;
+}
+
+/* "unknown field 'F'", and when F belongs to another op, the fields this
+ * op takes: "unknown field 'lock' (release takes 'lease')". */
+static int unknown_field(const op_def_t *def, const char *key, size_t key_len,
+			 req_error_t *err)
+{
+	char q[QUOTE_MAX + 4], list[160];
+	size_t i, n = 0;
+
+	quote(key, key_len, q);
+	if (!field_of_another_op(def, key, key_len))
+		return fail(err, LB_E_INVALID_ARGUMENT, "unknown field '%s'", q);
+	if (def->nfields == 0)
+		return fail(err, LB_E_INVALID_ARGUMENT,
+			    "unknown field '%s' (%s takes no fields)", q, def->name);
+	list[0] = '\0';
+	for (i = 0; i < def->nfields && n < sizeof(list); i++)
+		n += (size_t)snprintf(list + n, sizeof(list) - n, "%s'%s'",
+				      i > 0 ? ", " : "", def->fields[i].name);
+	return fail(err, LB_E_INVALID_ARGUMENT, "unknown field '%s' (%s takes %s)",
+		    q, def->name, list);
+}
+
 /* ---- entry points ------------------------------------------------------ */
 
 int req_parse(const char *line, size_t len, req_t *req, req_error_t *err)
 {
-	json_error_t jerr;
+	reqjson_error_t jerr;
 	json_t *root, *op, *id;
 	const char *name;
 	size_t name_len;
 	char q[QUOTE_MAX + 4];
+	bool id_ok;
 	int i;
 
 	memset(req, 0, sizeof(*req));
-	/* Flat lines (nearly all) without jansson's lexer; it decides the rest. */
-	root = flatjson_load(line, len);
+	root = reqjson_load(line, len, &jerr);
 	if (root == NULL)
-		root = json_loadb(line, len, LOAD_FLAGS, &jerr);
-	if (root == NULL && json_error_code(&jerr) == json_error_numeric_overflow) {
-		root = json_loadb(line, len, LOAD_FLAGS | JSON_DECODE_INT_AS_REAL,
-				  &jerr);
-		if (root != NULL && json_is_object(root))
-			restore_ints(root);
-	}
-	if (root == NULL)
-		return fail(err, LB_E_BAD_JSON, "%s", lb_err_message(LB_E_BAD_JSON));
+		return fail(err, LB_E_BAD_JSON, "invalid JSON at byte %zu: %s",
+			    jerr.offset, jerr.what);
 	req->root = root;
 
 	if (!json_is_object(root))
 		return fail(err, LB_E_BAD_REQUEST, "the request must be a JSON object");
+	/* From here on every answer carries a valid id, bad_request included;
+	 * a bad id is reported once the shape is known to be right. */
+	id = json_object_get(root, "id");
+	id_ok = id == NULL || json_is_null(id) || req_id_valid(id);
+	if (id_ok && id != NULL && !json_is_null(id))
+		req->id = id;
+
 	op = json_object_get(root, "op");
 	if (op == NULL)
 		return fail(err, LB_E_BAD_REQUEST, "field 'op' is required");
 	if (!json_is_string(op))
 		return fail(err, LB_E_BAD_REQUEST, "field 'op' must be a string");
-
-	id = json_object_get(root, "id");
-	if (id != NULL && !json_is_null(id)) {
-		if (!req_id_valid(id))
-			return fail(err, LB_E_INVALID_ARGUMENT,
-				    "field 'id' must be a string of at most %d bytes "
-				    "or an integer in -%" PRId64 "..%" PRId64,
-				    REQ_ID_MAX_BYTES, REQ_ID_MAX_INT, REQ_ID_MAX_INT);
-		req->id = id;
-	}
+	if (!id_ok)
+		return fail(err, LB_E_INVALID_ARGUMENT,
+			    "field 'id' must be a string of at most %d bytes "
+			    "or an integer in -%" PRId64 "..%" PRId64,
+			    REQ_ID_MAX_BYTES, REQ_ID_MAX_INT, REQ_ID_MAX_INT);
 
 	name = json_string_value(op);
 	name_len = json_string_length(op);
@@ -440,7 +449,6 @@ int req_unpack(req_t *req, req_error_t *err)
 	size_t key_len, i;
 	json_t *v;
 	unsigned present = 0;
-	char q[QUOTE_MAX + 4];
 
 	if (req->root == NULL || !json_is_object(req->root) ||
 	    (int)req->op < 0 || req->op >= OP__COUNT)
@@ -455,8 +463,7 @@ int req_unpack(req_t *req, req_error_t *err)
 		for (i = 0; !known && i < def->nfields; i++)
 			known = streq(key, key_len, def->fields[i].name);
 		if (!known)
-			return fail(err, LB_E_INVALID_ARGUMENT, "unknown field '%s'",
-				    quote(key, key_len, q));
+			return unknown_field(def, key, key_len, err);
 	}
 
 	for (i = 0; i < def->nfields; i++) {

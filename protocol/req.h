@@ -4,7 +4,8 @@
  * The checks run in the order PROTOCOL.md fixes, and the first that fails
  * answers: JSON (bad_json), shape (bad_request), id (invalid_argument), op
  * name (unknown_op), [auth: the broker's business, between req_parse and
- * req_unpack], fields (invalid_argument, the message names the field).
+ * req_unpack], fields (invalid_argument, the message names the field; a
+ * field of another op also gets the list of this op's fields).
  *
  * Ownership: a req_t owns its parsed JSON document (root). Every string and
  * the id inside a req_t point into that document and stay valid until
@@ -118,9 +119,10 @@ typedef struct req_error {
 /*
  * Parses one line (without its newline) up to and including the op name.
  * Returns 0 with req->root, req->id and req->op set, or -1 with *err set.
- * On failure req->id is set only when the id itself was valid (so the caller
- * echoes it); for bad_json, bad_request and a bad id it is NULL.
- * Either way the caller calls req_clear() afterwards.
+ * On failure req->id is set whenever the line is a JSON object whose id is
+ * valid, whichever check failed (bad_request included), so the caller
+ * echoes it; for bad_json, a line that is not an object and a bad id it is
+ * NULL. Either way the caller calls req_clear() afterwards.
  */
 int req_parse(const char *line, size_t len, req_t *req, req_error_t *err);
 

@@ -1,6 +1,6 @@
 /*
  * test_frame.c - line framing: splits at every byte and at random points
- * against a reference splitter, CRLF, empty lines, the max_line boundary,
+ * against a reference splitter, CRLF, empty and blank lines, the max_line boundary,
  * sticky errors, binary bytes, and the buffer's release and bounds.
  */
 #include <criterion/criterion.h>
@@ -38,6 +38,16 @@ static void lines_free(lines_t *ls)
 	ls->n = 0;
 }
 
+static bool blank(const char *p, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (p[i] != ' ' && p[i] != '\t')
+			return false;
+	return true;
+}
+
 /* Takes every complete line; records a FRAME_TOO_LONG. */
 static void drain(frame_t *f, lines_t *ls)
 {
@@ -47,6 +57,7 @@ static void drain(frame_t *f, lines_t *ls)
 
 	while ((rc = frame_next(f, &line, &len)) == FRAME_LINE) {
 		cr_assert_gt(len, 0u, "empty lines are skipped");
+		cr_assert_not(blank(line, len), "blank lines are skipped");
 		lines_add(ls, line, len);
 	}
 	if (rc == FRAME_TOO_LONG)
@@ -92,7 +103,7 @@ static void run_split(const char *in, size_t n, size_t max_line,
 }
 
 /* The specification, written plainly: split on '\n', drop one '\r' before
- * it, skip empty lines; the first line over max_line, complete or not (a
+ * it, skip empty lines and lines of only spaces and tabs; the first line over max_line, complete or not (a
  * final '\r' of a partial line not counted), is an error. */
 static void reference(const char *in, size_t n, size_t max_line, lines_t *out)
 {
@@ -111,7 +122,7 @@ static void reference(const char *in, size_t n, size_t max_line, lines_t *out)
 			out->err = FRAME_TOO_LONG;
 			return;
 		}
-		if (len > 0)
+		if (!blank(in + s, len))
 			lines_add(out, in + s, len);
 		s = i + 1;
 	}
@@ -192,8 +203,8 @@ Test(frame, every_split_point_matches_reference)
 
 Test(frame, random_splits_match_reference, .timeout = 60)
 {
-	static const char alphabet[] = {'a', 'b', '{', '"', ' ', '\r', '\n',
-					'\n', '\0', (char)0xff, (char)0xc3};
+	static const char alphabet[] = {'a', 'b', '{', '"', ' ', ' ', '\t', '\r',
+					'\n', '\n', '\0', (char)0xff, (char)0xc3};
 	char in[600];
 	size_t sizes[8];
 	unsigned iter;
@@ -292,6 +303,59 @@ Test(frame, empty_lines_are_skipped)
 
 	expect_lines(in, sizeof(in) - 1, MAXL, 0, want, 1);
 	expect_lines("\r\n\n\r\n", 5, MAXL, 0, NULL, 0);
+}
+
+Test(frame, blank_lines_are_skipped)
+{
+	static const char in[] = " \n\t\n \t \r\n{\"op\":\"ping\"}\n  a \n\t\r\n \t";
+	static const char *const want[] = {"{\"op\":\"ping\"}", "  a "};
+
+	expect_lines(in, sizeof(in) - 1, MAXL, 0, want, 2);
+	expect_lines(" \r\n\t\t\n \n", 8, MAXL, 0, NULL, 0);
+}
+
+Test(frame, blank_means_only_spaces_and_tabs)
+{
+	/* One '\r' ends the line; any other byte makes it a line to answer. */
+	static const char in[] = " \r \n\r \n \r\r\n\v\n \f\n\0\n";
+	static const char *const want[] = {" \r ", "\r ", " \r", "\v", " \f"};
+	lines_t got;
+	static const size_t whole[] = {SIZE_MAX};
+
+	expect_lines(in, sizeof(in) - 3, MAXL, 0, want, 5);
+	run_split(in, sizeof(in) - 1, MAXL, whole, 1, false, &got);
+	cr_assert_eq(got.n, 6u, "a NUL byte is not blank");
+	cr_assert_eq(got.len[5], 1u);
+	cr_assert_eq(got.v[5][0], '\0');
+	lines_free(&got);
+}
+
+Test(frame, blank_line_over_max_line_is_too_long)
+{
+	expect_lines("    \n", 5, 4, 0, NULL, 0);
+	expect_lines("     \n", 6, 4, FRAME_TOO_LONG, NULL, 0);
+	expect_lines("\t\t\t\t\t", 5, 4, FRAME_TOO_LONG, NULL, 0);
+}
+
+Test(frame, only_blank_lines_release_the_buffer)
+{
+	frame_t f;
+	const char *line;
+	size_t len;
+
+	frame_init(&f, 8);
+	cr_assert_eq(frame_feed(&f, "  \r\n\t\n", 6), 0);
+	cr_assert_eq(frame_next(&f, &line, &len), FRAME_NEED_MORE);
+	cr_assert_null(f.buf);
+	cr_assert_eq(frame_pending(&f), 0u);
+	/* A blank start that goes on into a line is kept whole. */
+	cr_assert_eq(frame_feed(&f, "  ", 2), 0);
+	cr_assert_eq(frame_next(&f, &line, &len), FRAME_NEED_MORE);
+	cr_assert_eq(frame_feed(&f, "x\n", 2), 0);
+	cr_assert_eq(frame_next(&f, &line, &len), FRAME_LINE);
+	cr_assert_eq(len, 3u);
+	cr_assert_eq(memcmp(line, "  x", 3), 0);
+	frame_free(&f);
 }
 
 Test(frame, only_empty_lines_release_the_buffer)

@@ -1,7 +1,8 @@
 /*
  * test_req.c - request decoding: every error code, the order of the checks,
  * id echo rules, every field of every op (type, both ends of each range,
- * null as absent, unknown fields), and the defaults of acquire.
+ * null as absent, unknown fields), the defaults of acquire, and the texts
+ * of bad_json (what and where) and of unknown fields.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -73,6 +74,25 @@ static void expect_id(const char *line, lb_err_t code, const char *id_json)
 	expect_n(line, strlen(line), code, NULL, id_json);
 }
 
+/* Asserts line[0, len) fails with code, exactly message msg, and id_json. */
+static void expect_msg_n(const char *line, size_t len, lb_err_t code,
+			 const char *msg, const char *id_json)
+{
+	req_t r;
+	req_error_t e;
+
+	expect_n(line, len, code, NULL, id_json);
+	run_n(line, len, &r, &e);
+	cr_assert_str_eq(e.message, msg, "%.*s", (int)len, line);
+	req_clear(&r);
+}
+
+static void expect_msg(const char *line, lb_err_t code, const char *msg,
+		       const char *id_json)
+{
+	expect_msg_n(line, strlen(line), code, msg, id_json);
+}
+
 static void expect_ok(const char *line)
 {
 	req_t r;
@@ -120,8 +140,59 @@ Test(req, bad_json)
 	/* Exactly one value: trailing garbage or a second value is bad. */
 	expect("{\"op\":\"ping\"} x", LB_E_BAD_JSON, NULL);
 	expect("{\"op\":\"ping\"}{\"op\":\"ping\"}", LB_E_BAD_JSON, NULL);
-	/* A real jansson cannot hold. */
+	/* A real no double can hold. */
 	expect("{\"op\":\"ping\",\"x\":1e400}", LB_E_BAD_JSON, NULL);
+}
+
+Test(req, bad_json_says_what_and_where)
+{
+	/* The offset counts bytes from 0: byte 17 is the '"' of "lock". */
+	expect_msg("{\"id\":8,\"op\":\"a\" \"lock\":1}", LB_E_BAD_JSON,
+		   "invalid JSON at byte 17: expected ',' or '}'", NULL);
+	expect_msg("{\"id\":7,\"op\":\"ping\"", LB_E_BAD_JSON,
+		   "invalid JSON at byte 19: unexpected end of line", NULL);
+	expect_msg("   ", LB_E_BAD_JSON,
+		   "invalid JSON at byte 3: unexpected end of line", NULL);
+	expect_msg("{\"op\":'ping'}", LB_E_BAD_JSON,
+		   "invalid JSON at byte 6: expected a value", NULL);
+	expect_msg("{\"op\":\"ping\",}", LB_E_BAD_JSON,
+		   "invalid JSON at byte 13: expected a string key", NULL);
+	expect_msg("{\"op\" \"ping\"}", LB_E_BAD_JSON,
+		   "invalid JSON at byte 6: expected ':'", NULL);
+	expect_msg("{\"op\":\"ping\"} x", LB_E_BAD_JSON,
+		   "invalid JSON at byte 14: extra bytes after the value", NULL);
+	expect_msg("{\"op\":\"ping\",\"op\":\"ping\"}", LB_E_BAD_JSON,
+		   "invalid JSON at byte 13: duplicate key", NULL);
+	expect_msg("{\"op\":\"ping\",\"x\":1e400}", LB_E_BAD_JSON,
+		   "invalid JSON at byte 17: number too large", NULL);
+	expect_msg("{\"op\":\"ping\",\"x\":01}", LB_E_BAD_JSON,
+		   "invalid JSON at byte 17: invalid number", NULL);
+	expect_msg("{\"op\":tru}", LB_E_BAD_JSON,
+		   "invalid JSON at byte 6: invalid literal", NULL);
+	expect_msg("{\"op\":\"a\\qb\"}", LB_E_BAD_JSON,
+		   "invalid JSON at byte 8: invalid escape", NULL);
+	expect_msg("{\"op\":\"\\ud800\"}", LB_E_BAD_JSON,
+		   "invalid JSON at byte 7: unpaired surrogate in a \\u escape", NULL);
+	expect_msg("{\"op\":\"a\tb\"}", LB_E_BAD_JSON,
+		   "invalid JSON at byte 8: raw control character in a string", NULL);
+}
+
+Test(req, bad_json_never_quotes_the_line)
+{
+	/* Only printable ASCII of our own words, whatever the line held. */
+	static const char a[] = "{\"op\":\"\x1b[31m\xff\"}";
+	static const char b[] = "{\"op\":\x1b[31m}";
+	static const char *const lines[] = {a, b};
+	req_t r;
+	req_error_t e;
+
+	for (size_t i = 0; i < 2; i++) {
+		cr_assert_eq(run(lines[i], &r, &e), LB_E_BAD_JSON);
+		for (const char *m = e.message; *m != '\0'; m++)
+			cr_assert(*m >= 0x20 && *m < 0x7f, "%s", e.message);
+		cr_assert_null(strstr(e.message, "[31m"), "%s", e.message);
+		req_clear(&r);
+	}
 }
 
 Test(req, trailing_whitespace_is_fine)
@@ -141,9 +212,9 @@ Test(req, duplicate_keys_are_bad_json)
 	expect_id("{\"id\":1,\"id\":1,\"op\":\"ping\"}", LB_E_BAD_JSON, NULL);
 	expect("{\"op\":\"acquire\",\"lock\":\"a\",\"lock\":\"b\"}", LB_E_BAD_JSON,
 	       NULL);
-	/* Also when the line is read a second time for a huge integer. */
+	/* Also next to a huge integer. */
 	expect("{\"op\":\"ping\",\"x\":99999999999999999999,\"x\":1}",
-	       LB_E_BAD_JSON, NULL);
+	       LB_E_BAD_JSON, "duplicate key");
 }
 
 Test(req, invalid_utf8_is_bad_json)
@@ -159,6 +230,10 @@ Test(req, invalid_utf8_is_bad_json)
 	expect_n(c, sizeof(c) - 1, LB_E_BAD_JSON, NULL, NULL);
 	expect_n(d, sizeof(d) - 1, LB_E_BAD_JSON, NULL, NULL);
 	expect_n(e, sizeof(e) - 1, LB_E_BAD_JSON, NULL, NULL);
+	expect_msg_n(c, sizeof(c) - 1, LB_E_BAD_JSON,
+		     "invalid JSON at byte 24: invalid UTF-8", NULL);
+	expect_msg_n(e, sizeof(e) - 1, LB_E_BAD_JSON,
+		     "invalid JSON at byte 21: invalid UTF-8", NULL);
 }
 
 Test(req, raw_nul_and_control_bytes_are_bad_json)
@@ -170,6 +245,26 @@ Test(req, raw_nul_and_control_bytes_are_bad_json)
 	expect_n(a, sizeof(a) - 1, LB_E_BAD_JSON, NULL, NULL);
 	expect_n(b, sizeof(b) - 1, LB_E_BAD_JSON, NULL, NULL);
 	expect(c, LB_E_BAD_JSON, NULL);
+	expect_msg_n(b, sizeof(b) - 1, LB_E_BAD_JSON,
+		     "invalid JSON at byte 9: raw NUL byte", NULL);
+}
+
+Test(req, raw_nul_after_a_number_or_literal_is_bad_json)
+{
+	/* jansson 2.14 read these NUL bytes as the end of its buffer and took
+	 * the line (issue 14). */
+	static const char line[] = "{\"id\":8,\"op\":\"acquire\",\"lock\":\"r2\","
+				   "\"wait_ms\":0\0,\"detach\":true\0,\"watchdog\":false}";
+	static const char lit[] = "{\"id\":8,\"op\":\"acquire\",\"lock\":\"r2\","
+				  "\"detach\":true\0,\"watchdog\":false}";
+	static const char id[] = "{\"id\":8\0,\"op\":\"ping\"}";
+
+	expect_msg_n(line, sizeof(line) - 1, LB_E_BAD_JSON,
+		     "invalid JSON at byte 46: raw NUL byte", NULL);
+	expect_msg_n(lit, sizeof(lit) - 1, LB_E_BAD_JSON,
+		     "invalid JSON at byte 48: raw NUL byte", NULL);
+	expect_msg_n(id, sizeof(id) - 1, LB_E_BAD_JSON,
+		     "invalid JSON at byte 7: raw NUL byte", NULL);
 }
 
 Test(req, not_an_object_is_bad_request)
@@ -193,11 +288,19 @@ Test(req, op_missing_or_not_string_is_bad_request)
 
 Test(req, shape_is_checked_before_id)
 {
-	/* A valid id is not echoed for bad_request... */
-	expect_id("{\"id\":5}", LB_E_BAD_REQUEST, NULL);
-	expect_id("{\"id\":\"x\",\"op\":2}", LB_E_BAD_REQUEST, NULL);
-	/* ...and a bad id does not hide a bad shape. */
+	/* A valid id is echoed by a bad_request too, so a client matching
+	 * answers by id gets this one (issue 14)... */
+	expect_id("{\"id\":5}", LB_E_BAD_REQUEST, "5");
+	expect_id("{\"id\":\"x\",\"op\":2}", LB_E_BAD_REQUEST, "\"x\"");
+	expect_id("{\"op\":null,\"id\":-9007199254740992}", LB_E_BAD_REQUEST,
+		  "-9007199254740992");
+	expect_id("{\"id\":null,\"lock\":\"a\"}", LB_E_BAD_REQUEST, NULL);
+	/* ...but a bad id does not hide a bad shape, and is not echoed. */
 	expect_id("{\"id\":true}", LB_E_BAD_REQUEST, NULL);
+	expect_id("{\"id\":1.0,\"op\":[]}", LB_E_BAD_REQUEST, NULL);
+	expect_id("{\"id\":9007199254740993}", LB_E_BAD_REQUEST, NULL);
+	/* Not an object: no id to look at. */
+	expect_id("[{\"id\":5,\"op\":\"ping\"}]", LB_E_BAD_REQUEST, NULL);
 }
 
 /* ---- id ---------------------------------------------------------------- */
@@ -278,8 +381,8 @@ Test(req, id_too_big_for_jansson_is_invalid_argument)
 
 Test(req, huge_integer_elsewhere_keeps_id_an_integer)
 {
-	/* The line is read again with integers as reals; the id must still
-	 * come back as the integer 5, not 5.0. */
+	/* How a field is read never depends on another: the id stays the
+	 * integer 5 next to a token beyond int64. */
 	expect_n("{\"id\":5,\"op\":\"ping\",\"x\":99999999999999999999}",
 		 strlen("{\"id\":5,\"op\":\"ping\",\"x\":99999999999999999999}"),
 		 LB_E_INVALID_ARGUMENT, "unknown field 'x'", "5");
@@ -288,7 +391,6 @@ Test(req, huge_integer_elsewhere_keeps_id_an_integer)
 		 strlen("{\"id\":-9007199254740992,\"op\":\"acquire\",\"lock\":\"a\","
 			"\"wait_ms\":99999999999999999999}"),
 		 LB_E_INVALID_ARGUMENT, "'wait_ms'", "-9007199254740992");
-	/* Fields before the huge one are still read as integers. */
 	expect_n("{\"id\":\"q\",\"op\":\"acquire\",\"lock\":\"a\",\"ttl_ms\":500,"
 		 "\"max_hold_ms\":-99999999999999999999}",
 		 strlen("{\"id\":\"q\",\"op\":\"acquire\",\"lock\":\"a\",\"ttl_ms\":500,"
@@ -296,9 +398,63 @@ Test(req, huge_integer_elsewhere_keeps_id_an_integer)
 		 LB_E_INVALID_ARGUMENT, "'max_hold_ms'", "\"q\"");
 	expect_id("{\"id\":1,\"op\":\"nope\",\"x\":99999999999999999999}",
 		  LB_E_UNKNOWN_OP, "1");
-	/* A fractional real stays "not an integer" in that mode too. */
 	expect_id("{\"id\":2.5,\"op\":\"ping\",\"x\":99999999999999999999}",
 		  LB_E_INVALID_ARGUMENT, NULL);
+}
+
+Test(req, an_echoed_id_is_exactly_the_one_sent)
+{
+	/* Before issue 14 the huge x made the whole line load as reals, and
+	 * 2^53 + 1 came back as 2^53. Out of range: invalid_argument, id null. */
+	expect_msg("{\"id\":9007199254740993,\"op\":\"ping\",\"x\":99999999999999999999}",
+		   LB_E_INVALID_ARGUMENT,
+		   "field 'id' must be a string of at most 128 bytes or an integer in "
+		   "-9007199254740992..9007199254740992", NULL);
+	expect_id("{\"id\":-9007199254740993,\"op\":\"ping\",\"x\":-99999999999999999999}",
+		  LB_E_INVALID_ARGUMENT, NULL);
+	/* A real id stayed a real then too; 1.0 came back as the integer 1. */
+	expect_id("{\"id\":1.0,\"op\":\"nope\",\"x\":99999999999999999999}",
+		  LB_E_INVALID_ARGUMENT, NULL);
+	expect_id("{\"id\":1e0,\"op\":\"nope\"}", LB_E_INVALID_ARGUMENT, NULL);
+	/* The largest ids come back as sent, next to a huge token or not. */
+	expect_id("{\"id\":9007199254740992,\"op\":\"nope\",\"x\":99999999999999999999}",
+		  LB_E_UNKNOWN_OP, "9007199254740992");
+	expect_id("{\"id\":-9007199254740992,\"op\":\"nope\",\"x\":1e300}",
+		  LB_E_UNKNOWN_OP, "-9007199254740992");
+}
+
+Test(req, integer_fields_are_exact_or_out_of_range)
+{
+	req_t r;
+	req_acquire_t *a;
+
+	/* 2^53 is taken exactly; 2^53 + 1 is out of range, not rounded down
+	 * to it, also beyond int64 and next to another huge token. */
+	a = acquire_ok("{\"op\":\"acquire\",\"lock\":\"l\",\"wait_ms\":9007199254740992,"
+		       "\"owner\":null}", &r);
+	cr_assert_eq(a->wait_ms, INT64_C(9007199254740992));
+	req_clear(&r);
+	expect("{\"op\":\"acquire\",\"lock\":\"l\",\"wait_ms\":9007199254740993}",
+	       LB_E_INVALID_ARGUMENT,
+	       "field 'wait_ms' must be an integer in 0..9007199254740992");
+	expect("{\"op\":\"acquire\",\"lock\":\"l\",\"wait_ms\":18446744073709551617}",
+	       LB_E_INVALID_ARGUMENT,
+	       "field 'wait_ms' must be an integer in 0..9007199254740992");
+	expect("{\"op\":\"acquire\",\"lock\":\"l\",\"ttl_ms\":1000,"
+	       "\"wait_ms\":9007199254740993,\"x2\":null}",
+	       LB_E_INVALID_ARGUMENT, "unknown field 'x2'");
+	expect("{\"op\":\"cancel\",\"target\":-99999999999999999999}",
+	       LB_E_INVALID_ARGUMENT, "field 'target' must be");
+	/* A field before a huge token is read as written. */
+	a = acquire_ok("{\"op\":\"acquire\",\"lock\":\"l\",\"ttl_ms\":1000}", &r);
+	cr_assert_eq(a->ttl_ms, 1000);
+	req_clear(&r);
+	expect("{\"op\":\"acquire\",\"lock\":\"l\",\"ttl_ms\":1000,"
+	       "\"limit\":99999999999999999999}",
+	       LB_E_INVALID_ARGUMENT, "field 'limit' must be an integer in 1..1000000");
+	expect("{\"op\":\"acquire\",\"lock\":\"l\",\"ttl_ms\":1000.0,"
+	       "\"owner\":99999999999999999999}",
+	       LB_E_INVALID_ARGUMENT, "field 'ttl_ms' must be an integer in 100..86400000");
 }
 
 Test(req, id_is_checked_before_op_name)
@@ -388,6 +544,55 @@ Test(req, unknown_field_keeps_valid_id)
 {
 	expect_id("{\"id\":\"r1\",\"op\":\"ping\",\"x\":1}", LB_E_INVALID_ARGUMENT,
 		  "\"r1\"");
+}
+
+Test(req, a_key_holding_nul_is_an_unknown_field)
+{
+	/* Valid JSON (\u0000 in a key), so not bad_json: the key is masked. */
+	expect_msg("{\"id\":9,\"op\":\"ping\",\"\\u0000\":1}", LB_E_INVALID_ARGUMENT,
+		   "unknown field '?'", "9");
+	expect_msg("{\"id\":\"n\",\"op\":\"acquire\",\"lock\":\"a\",\"lock\\u0000\":1}",
+		   LB_E_INVALID_ARGUMENT, "unknown field 'lock?'", "\"n\"");
+	/* "op\u0000" is not "op": the op is still missing. */
+	expect_msg("{\"id\":3,\"op\\u0000\":\"ping\"}", LB_E_BAD_REQUEST,
+		   "field 'op' is required", "3");
+	expect_id("{\"id\\u0000\":3,\"op\":\"nope\"}", LB_E_UNKNOWN_OP, NULL);
+}
+
+Test(req, a_field_of_another_op_lists_this_ops_fields)
+{
+	expect_msg("{\"op\":\"release\",\"lock\":\"a\"}", LB_E_INVALID_ARGUMENT,
+		   "unknown field 'lock' (release takes 'lease')", NULL);
+	expect_msg("{\"id\":4,\"op\":\"release\",\"lease\":\"l\",\"ttl_ms\":100}",
+		   LB_E_INVALID_ARGUMENT,
+		   "unknown field 'ttl_ms' (release takes 'lease')", "4");
+	expect_msg("{\"op\":\"extend\",\"lease\":\"l\",\"ttl_ms\":100,\"mode\":null}",
+		   LB_E_INVALID_ARGUMENT,
+		   "unknown field 'mode' (extend takes 'lease', 'ttl_ms')", NULL);
+	expect_msg("{\"op\":\"acquire\",\"lock\":\"a\",\"lease\":\"l\"}",
+		   LB_E_INVALID_ARGUMENT,
+		   "unknown field 'lease' (acquire takes 'lock', 'mode', 'limit', 'ttl_ms', "
+		   "'wait_ms', 'watchdog', 'owner', 'fair', 'detach', 'max_hold_ms')", NULL);
+	expect_msg("{\"op\":\"hello\",\"lock\":\"a\"}", LB_E_INVALID_ARGUMENT,
+		   "unknown field 'lock' (hello takes 'client', 'auth', 'keepalive_ms')",
+		   NULL);
+	expect_msg("{\"op\":\"inspect\",\"target\":1}", LB_E_INVALID_ARGUMENT,
+		   "unknown field 'target' (inspect takes 'lock')", NULL);
+	expect_msg("{\"op\":\"cancel\",\"auth\":\"s\"}", LB_E_INVALID_ARGUMENT,
+		   "unknown field 'auth' (cancel takes 'target')", NULL);
+	expect_msg("{\"op\":\"leases\",\"lock\":\"a\"}", LB_E_INVALID_ARGUMENT,
+		   "unknown field 'lock' (leases takes no fields)", NULL);
+	expect_msg("{\"op\":\"ping\",\"client\":\"c\"}", LB_E_INVALID_ARGUMENT,
+		   "unknown field 'client' (ping takes no fields)", NULL);
+	expect_msg("{\"op\":\"stats\",\"max_hold_ms\":100}", LB_E_INVALID_ARGUMENT,
+		   "unknown field 'max_hold_ms' (stats takes no fields)", NULL);
+	/* A name no op takes stays short, as does a near miss. */
+	expect_msg("{\"op\":\"release\",\"lease\":\"l\",\"x\":1}",
+		   LB_E_INVALID_ARGUMENT, "unknown field 'x'", NULL);
+	expect_msg("{\"op\":\"acquire\",\"lock\":\"a\",\"Lock\":1}",
+		   LB_E_INVALID_ARGUMENT, "unknown field 'Lock'", NULL);
+	expect_msg("{\"op\":\"ping\",\"lock\\u0000\":1}",
+		   LB_E_INVALID_ARGUMENT, "unknown field 'lock?'", NULL);
 }
 
 Test(req, unknown_field_is_reported_before_bad_values)
