@@ -496,3 +496,81 @@ LB_TEST(contract, an_early_error_keeps_the_pending_id, 30)
 	cr_assert(lb_is_err(p, "invalid_argument"), "id 5 is pending, yet: %s", lb_dump(p));
 	lb_end();
 }
+
+/* ---- every answer can be matched; errors that explain themselves ---------- */
+
+static json_t *raw_answer(lb_client *c, const void *line, size_t len)
+{
+	cr_assert(lb_send_raw(c, line, len));
+	return lb_read_msg(c, 3000);
+}
+
+static json_t *line_answer(lb_client *c, const char *line)
+{
+	return raw_answer(c, line, strlen(line));
+}
+
+LB_TEST(contract, every_error_carries_a_valid_id, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *c = lb_connect(b, LB_TCP);
+	static const char nul_line[] =
+		"{\"id\":8,\"op\":\"acquire\",\"lock\":\"r2\",\"wait_ms\":0\0,\"detach\":true\0,\"watchdog\":false}\n";
+	static const char nul_key[] = "{\"id\":9,\"op\":\"ping\",\"\\u0000\":1}\n";
+	json_t *m;
+
+	/* a missing op: bad_request, with the id */
+	m = line_answer(c, "{\"id\":5}\n");
+	lb_expect_err(m, "bad_request");
+	cr_assert_eq(lb_int(m, "id"), 5, "%s", lb_dump(m));
+	m = line_answer(c, "{\"id\":\"x\",\"op\":7}\n");
+	lb_expect_err(m, "bad_request");
+	cr_assert_str_eq(lb_str(m, "id"), "x");
+	/* a raw NUL byte: bad_json, nothing granted */
+	m = raw_answer(c, nul_line, sizeof(nul_line) - 1);
+	lb_expect_err(m, "bad_json");
+	lb_expect_free(c, "r2");
+	/* \u0000 in a key is valid JSON: an unknown field, with the id */
+	m = raw_answer(c, nul_key, sizeof(nul_key) - 1);
+	lb_expect_err(m, "invalid_argument");
+	cr_assert_eq(lb_int(m, "id"), 9);
+	/* an integer too big for 64 bits elsewhere changes nothing of the id */
+	m = line_answer(c, "{\"id\":9007199254740993,\"op\":\"ping\",\"x\":99999999999999999999}\n");
+	lb_expect_err(m, "invalid_argument");
+	cr_assert(json_is_null(json_object_get(m, "id")), "an out-of-range id echoed: %s", lb_dump(m));
+	m = line_answer(c, "{\"id\":1.0,\"op\":\"nope\",\"x\":99999999999999999999}\n");
+	lb_expect_err(m, "invalid_argument");
+	cr_assert(json_is_null(json_object_get(m, "id")), "%s", lb_dump(m));
+	m = line_answer(c, "{\"id\":1.0,\"op\":\"nope\"}\n");
+	lb_expect_err(m, "invalid_argument");
+	m = line_answer(c, "{\"id\":12,\"op\":\"ping\",\"x\":99999999999999999999}\n");
+	lb_expect_err(m, "invalid_argument");
+	cr_assert_eq(lb_int(m, "id"), 12);
+	lb_end();
+}
+
+LB_TEST(contract, errors_explain_themselves, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, NULL);
+	lb_client *c = lb_connect(b, LB_TCP);
+	json_t *m;
+
+	/* blank lines get no answer */
+	cr_assert(lb_send_raw(c, "   \t \r\n\n\t\n", strlen("   \t \r\n\n\t\n")));
+	lb_expect_silent(c, 300, "blank lines");
+	m = line_answer(c, "{\"id\":3,\"op\":\"acquire\",\"lock\":\"x\",}\n");
+	lb_expect_err(m, "bad_json");
+	cr_assert_not_null(strstr(lb_str(m, "error.message"), "at byte 34"), "%s", lb_dump(m));
+	m = lb_call(c, "{s:s, s:s}", "op", "release", "lock", "x");
+	lb_expect_err(m, "invalid_argument");
+	cr_assert_str_eq(lb_str(m, "error.message"), "unknown field 'lock' (release takes 'lease')");
+	m = lb_call(c, "{s:s, s:s}", "op", "acquire", "lease", "x");
+	lb_expect_err(m, "invalid_argument");
+	cr_assert_not_null(strstr(lb_str(m, "error.message"), "unknown field 'lease' (acquire takes"),
+	                   "%s", lb_dump(m));
+	m = lb_call(c, "{s:s, s:s}", "op", "acquire", "lcok", "x");
+	cr_assert_str_eq(lb_str(m, "error.message"), "unknown field 'lcok'");
+	lb_end();
+}
