@@ -603,14 +603,14 @@ LB_TEST(wait, a_failed_acquire_sent_again_is_withdrawn_when_it_ends, 30)
 	(void)lb_send_req(s, "{s:s, s:O}", "op", "cancel", "target", ids[0]);
 	cr_assert_eq(kill(pid, SIGCONT), 0);
 	lb_expect_err(lb_wait_response(s, ids[0], 3000), "cancelled");
-	/* the frozen connection's scripts ran on resume: o0 queued there */
-	lb_wait_waiters(h, "mq", 7, 1500);
 	/* every connection with a command on it (the canary's too) was dropped
 	 * during the freeze: the broker may still be reconnecting */
 	for (int64_t t0 = lb_now_ms(); strcmp(lb_str(lb_stats(h), "redis"), "up") != 0;) {
 		cr_assert_lt(lb_now_ms() - t0, 6000, "redis still down");
 		lb_sleep_ms(50);
 	}
+	/* the frozen connection's scripts ran on resume: o0 queued there */
+	lb_wait_waiters(h, "mq", 7, 1500);
 	expect_grants_in_order(h, lease, s, "mq", ids, order, 7);
 	lb_expect_no_queue(r, h, "mq", 1000, true);
 	lb_end();
