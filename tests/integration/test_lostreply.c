@@ -485,3 +485,32 @@ LB_TEST(lostreply, a_detached_waiter_granted_during_its_pointer_answers_once, 60
 	cr_assert_null(again, "a second answer to the same acquire: %s", lb_dump(again));
 	lb_end();
 }
+
+/* A release to count 0 and a fresh acquire of the same lock by the same
+ * session, in one write, on a connection killed before Redis read them:
+ * the release is sent again, so the acquire is not left waiting behind the
+ * session's own lease (the release answered unavailable, its lease stayed
+ * in Redis and the acquire queued behind it until its TTL). */
+LB_TEST(lostreply, a_release_lost_unread_does_not_strand_the_next_acquire, 40)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, "--pool", "1", NULL);
+	lb_client *a = lb_connect(b, LB_TCP);
+	const char *lease = lb_must_acquire(a, "ra", 30000);
+	char line[512];
+	struct send_req q = {a, line};
+	json_t *rl, *ac;
+
+	snprintf(line, sizeof(line),
+	         "{\"id\":\"rl\",\"op\":\"release\",\"lease\":\"%s\"}\n"
+	         "{\"id\":\"ac\",\"op\":\"acquire\",\"lock\":\"ra\",\"wait_ms\":8000}", lease);
+	kill_around(r, 600, true, send_line, &q);
+	rl = wait_id(a, "rl");
+	lb_expect_ok(rl);
+	cr_assert_eq(lb_int(rl, "count"), 0);
+	ac = wait_id(a, "ac");
+	cr_assert(lb_is_ok(ac), "the fresh acquire: %s", lb_dump(ac));
+	cr_assert_str_neq(lb_str(ac, "lease"), lease);
+	lb_release(a, lb_str(ac, "lease"));
+	lb_end();
+}
