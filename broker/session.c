@@ -228,18 +228,19 @@ static void on_hup_check(timer_ent_t *t)
 	timer_at(&s->hup_check, timers_now() + SESSION_HUP_CHECK_MS);
 }
 
-/* The client shut down its sending side. */
+/* The client shut down its sending side, and the lines it sent before
+ * were dispatched (as far as the throttle allows). */
 static void on_eof(session_t *s)
 {
-	s->eof = true;
-	timer_cancel(&s->keepalive);
+	if (s->state != SESSION_OPEN)
+		return; /* nothing was owed: session_process ended it */
 	if (s->unanswered == 0 && !s->parked && frame_pending(&s->frame) == 0)
-		return; /* session_process ends it */
+		return;
 	if (peer_gone(s)) {
 		session_close(s, "client closed");
 		return;
 	}
-	session_send(s, resp_event_half_closed((int64_t)s->unanswered));
+	session_send(s, resp_event_half_closed((int64_t)s->unanswered)); /* parked ones included */
 	timer_at(&s->hup_check, timers_now() + SESSION_HUP_FIRST_MS);
 }
 
@@ -518,8 +519,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	if (nread == UV_EOF && s->state == SESSION_OPEN) {
 		uv_read_stop(stream);
 		s->reading = false;
-		on_eof(s);
+		s->eof = true;
+		timer_cancel(&s->keepalive);
 		session_process(s);
+		on_eof(s);
 		return;
 	}
 	if (nread < 0) {
