@@ -24,7 +24,7 @@ REL_CFLAGS  := $(BASE_CFLAGS) -O2 -g
 SAN_FLAGS   := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 SAN_CFLAGS  := $(BASE_CFLAGS) -O1 -g $(SAN_FLAGS)
 
-LIB_SRCS  := $(wildcard protocol/*.c) $(wildcard broker/*.c)
+LIB_SRCS  := $(wildcard protocol/*.c) $(wildcard broker/*.c) $(wildcard broker/*/*.c)
 LUA_PRELUDE := lua/lib/prelude.lua
 LUA_SRCS  := $(sort $(wildcard lua/*.lua))
 GEN_SRC   := build/gen/lua_scripts.c
@@ -35,7 +35,7 @@ INTEG_SRCS := $(wildcard tests/integration/*.c)
 REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.o
 SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o
 
-.PHONY: all deps run test unit integration clean install bench fuzz fuzz-protocol
+.PHONY: all deps run test unit integration clean install bench fuzz fuzz-protocol deps-check
 # lockctl, the command-line client, is built once its sources exist.
 LOCKCTL_BIN := $(if $(LOCKCTL_SRCS),build/lockctl)
 LOCKCTL_SAN := $(if $(LOCKCTL_SRCS),build/san/lockctl)
@@ -100,7 +100,11 @@ TEST_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
             LB_BROKER_BIN=$(CURDIR)/build/san/lockbrokerd \
             LB_LOCKCTL_BIN=$(CURDIR)/build/san/lockctl
-test: deps
+# broker/'s layers and no include cycle (tests/deps_check.sh).
+deps-check:
+	@sh tests/deps_check.sh
+
+test: deps deps-check
 	@$(MAKE) --no-print-directory build/san/lockbrokerd $(LOCKCTL_SAN) build/san/unit_tests build/san/integration_tests
 	$(TEST_ENV) build/san/unit_tests --jobs 2
 	$(TEST_ENV) build/san/integration_tests --jobs 2
@@ -147,7 +151,7 @@ FUZZ_TARGETS := frame req url config
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -I. $(PKG_CFLAGS) -O1 -g \
                 $(FUZZ_SAN) -fsanitize=fuzzer-no-link
-FUZZ_LIB_OBJS := $(patsubst %.c,build/fuzz/%.o,$(wildcard protocol/*.c) broker/url.c broker/config.c)
+FUZZ_LIB_OBJS := $(patsubst %.c,build/fuzz/%.o,$(wildcard protocol/*.c) broker/base/url.c broker/base/log.c broker/config.c)
 FUZZ_BINS    := $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_TARGETS))
 # Kept: make would delete these as intermediates and rebuild them each time.
 .SECONDARY: $(patsubst %,build/fuzz/tests/fuzz/fuzz_%.o,$(FUZZ_TARGETS))

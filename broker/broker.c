@@ -12,60 +12,40 @@
  */
 #include "broker/broker.h"
 
-#include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
-#include "broker/canary.h"
-#include "broker/dispatch.h"
-#include "broker/lease.h"
-#include "broker/listener.h"
-#include "broker/log.h"
+#include "broker/base/log.h"
+#include "broker/base/random.h"
+#include "broker/base/sdnotify.h"
+#include "broker/base/shared.h"
+#include "broker/base/timers.h"
+#include "broker/base/version.h"
+#include "broker/locks/lease.h"
+#include "broker/locks/waitq.h"
+#include "broker/locks/watchdog.h"
 #include "broker/metrics.h"
-#include "broker/rpool.h"
-#include "broker/scripts.h"
-#include "broker/sdnotify.h"
-#include "broker/session.h"
-#include "broker/waitq.h"
-#include "broker/watchdog.h"
+#include "broker/net/dispatch.h"
+#include "broker/net/listener.h"
+#include "broker/net/session.h"
+#include "broker/store/scripts.h"
+#include "broker/store/store.h"
 #include "protocol/resp.h"
 
-struct broker server;
-
-/* Random bytes come from getrandom in blocks, not one call per token: a
- * syscall per acquire was a tenth of the broker's syscalls. The pool is
- * process memory only; each byte is handed out once. */
-void broker_random_hex(char *buf, size_t n)
-{
-	static const char hex[] = "0123456789abcdef";
-	static unsigned char pool[1024];
-	static size_t left;
-	const unsigned char *raw;
-
-	REQUIRE(n <= 64);
-	if (left < n) {
-		size_t got = 0;
-
-		while (got < sizeof(pool)) {
-			ssize_t r = getrandom(pool + got, sizeof(pool) - got, 0);
-			if (r < 0) {
-				REQUIRE(errno == EINTR);
-				continue;
-			}
-			got += (size_t)r;
-		}
-		left = sizeof(pool);
-	}
-	raw = pool + sizeof(pool) - left;
-	left -= n;
-	for (size_t k = 0; k < n; k++) {
-		buf[2 * k] = hex[raw[k] >> 4];
-		buf[2 * k + 1] = hex[raw[k] & 15];
-	}
-	buf[2 * n] = '\0';
-}
+/* What only the lifecycle needs (everything read elsewhere is in
+ * base/shared.h). */
+static struct {
+	int argc; /* the command line, to read the settings again on SIGHUP */
+	char **argv;
+	timer_ent_t grace; /* the shutdown grace period */
+	uv_signal_t sigterm, sigint, sighup;
+	/* Output queued in a loop turn is written before the loop blocks again:
+	 * prepare covers timer callbacks, check covers I/O callbacks. */
+	uv_prepare_t flush_prepare;
+	uv_check_t flush_check;
+} B;
 
 static void on_flush_prepare(uv_prepare_t *h)
 {
@@ -84,9 +64,9 @@ static void on_flush_check(uv_check_t *h)
 static void close_loop_handles(void)
 {
 	session_flush_dirty();
-	uv_close((uv_handle_t *)&server.sigterm, NULL);
-	uv_close((uv_handle_t *)&server.sigint, NULL);
-	uv_close((uv_handle_t *)&server.sighup, NULL);
+	uv_close((uv_handle_t *)&B.sigterm, NULL);
+	uv_close((uv_handle_t *)&B.sigint, NULL);
+	uv_close((uv_handle_t *)&B.sighup, NULL);
 	timers_unref();
 }
 
@@ -97,16 +77,15 @@ static void finish(void)
 	if (server.state == BROKER_STOPPING)
 		return;
 	server.state = BROKER_STOPPING;
-	timer_cancel(&server.grace);
-	for (s = server.sessions; s; s = next) {
+	timer_cancel(&B.grace);
+	for (s = session_first(); s; s = next) {
 		next = s->next;
 		if (session_open(s))
 			session_end_with(s, "shutdown");
 		else
 			session_close(s, "broker stopping");
 	}
-	canary_stop();
-	rpool_close();
+	store_close();
 	metrics_close();
 	close_loop_handles();
 	LOG(LOG_INFO, "msg=\"stopped\"");
@@ -119,7 +98,8 @@ static void on_grace(timer_ent_t *t)
 	finish();
 }
 
-void broker_session_gone(void)
+/* A session finished closing: the last one ends a shutdown. */
+static void on_session_gone(void)
 {
 	if (server.state == BROKER_DRAINING && server.nsessions == 0)
 		finish();
@@ -134,14 +114,15 @@ void broker_shutdown(void)
 	LOG(LOG_INFO, "msg=\"shutting down\" grace_ms=%lld sessions=%zu",
 	    (long long)server.cfg->shutdown_grace_ms, server.nsessions);
 	listeners_close();
-	for (session_t *s = server.sessions; s; s = s->next)
+	for (session_t *s = session_first(); s; s = s->next) {
 		session_send(s, resp_event_shutdown(server.cfg->shutdown_grace_ms));
-	waitq_shutdown();
+		waitq_client_shutdown(&s->lk);
+	}
 	if (server.nsessions == 0) {
 		finish();
 		return;
 	}
-	timer_at(&server.grace, timers_now() + (uint64_t)server.cfg->shutdown_grace_ms);
+	timer_at(&B.grace, timers_now() + (uint64_t)server.cfg->shutdown_grace_ms);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -164,7 +145,7 @@ static void on_sighup(uv_signal_t *h, int signum)
 
 	(void)h;
 	(void)signum;
-	if (config_load(&fresh, server.argc, server.argv, err, sizeof(err)) != CONFIG_OK) {
+	if (config_load(&fresh, B.argc, B.argv, err, sizeof(err)) != CONFIG_OK) {
 		LOG(LOG_WARN, "msg=\"reload failed; the running settings stay\" err=\"%s\"", err);
 		config_free(&fresh);
 		return;
@@ -204,34 +185,43 @@ static void on_redis_up(void)
 int broker_start(uv_loop_t *loop, lb_config_t *cfg, int argc, char **argv)
 {
 	memset(&server, 0, sizeof(server));
+	memset(&B, 0, sizeof(B));
 	server.loop = loop;
 	server.cfg = cfg;
-	server.argc = argc;
-	server.argv = argv;
+	B.argc = argc;
+	B.argv = argv;
 	server.state = BROKER_RUNNING;
-	broker_random_hex(server.id, 8);
+	random_hex(server.id, 8);
 	log_threshold = cfg->log_level;
 	log_json = cfg->log_json;
 	scripts_init();
 	timers_init(loop);
 	server.started_ms = timers_now();
-	timer_init(&server.grace, on_grace);
+	timer_init(&B.grace, on_grace);
 
 	signal(SIGPIPE, SIG_IGN);
-	uv_signal_init(loop, &server.sigterm);
-	uv_signal_init(loop, &server.sigint);
-	uv_signal_start(&server.sigterm, on_signal, SIGTERM);
-	uv_signal_start(&server.sigint, on_signal, SIGINT);
-	uv_signal_init(loop, &server.sighup);
-	uv_signal_start(&server.sighup, on_sighup, SIGHUP);
+	uv_signal_init(loop, &B.sigterm);
+	uv_signal_init(loop, &B.sigint);
+	uv_signal_start(&B.sigterm, on_signal, SIGTERM);
+	uv_signal_start(&B.sigint, on_signal, SIGINT);
+	uv_signal_init(loop, &B.sighup);
+	uv_signal_start(&B.sighup, on_sighup, SIGHUP);
 
-	uv_prepare_init(loop, &server.flush_prepare);
-	uv_prepare_start(&server.flush_prepare, on_flush_prepare);
-	uv_unref((uv_handle_t *)&server.flush_prepare);
-	uv_check_init(loop, &server.flush_check);
-	uv_check_start(&server.flush_check, on_flush_check);
-	uv_unref((uv_handle_t *)&server.flush_check);
+	uv_prepare_init(loop, &B.flush_prepare);
+	uv_prepare_start(&B.flush_prepare, on_flush_prepare);
+	uv_unref((uv_handle_t *)&B.flush_prepare);
+	uv_check_init(loop, &B.flush_check);
+	uv_check_start(&B.flush_check, on_flush_check);
+	uv_unref((uv_handle_t *)&B.flush_check);
 
+	/* The wiring: what each layer reports upward goes to the one above. */
+	{
+		session_hooks_t hooks = {dispatch_line, dispatch_resume, dispatch_session_end,
+		                         dispatch_answered, on_session_gone};
+		client_set_ops(&session_client_ops);
+		session_set_hooks(&hooks);
+		lease_set_grants_sink(waitq_take_grants);
+	}
 	if (listeners_open(loop) < 0 ||
 	    (cfg->has_metrics && metrics_listen(loop, &cfg->metrics) < 0)) {
 		listeners_close();
@@ -239,16 +229,9 @@ int broker_start(uv_loop_t *loop, lb_config_t *cfg, int argc, char **argv)
 		return -1;
 	}
 	{
-		char channel[128];
-		rpool_inbox_t inbox = {channel, waitq_on_message, waitq_on_subscribed};
-		/* The same name lua/lib/prelude.lua publishes wake-ups to. */
-		snprintf(channel, sizeof(channel), "%sinbox:%s", cfg->prefix, server.id);
-		rpool_callbacks_t cb = {on_redis_up, on_data_loss};
-		char name[64];
-		snprintf(name, sizeof(name), "lockbroker-%s", server.id);
-		rpool_init(loop, &cfg->redis, cfg->pool, name, &cb, &inbox);
+		store_events_t ev = {on_redis_up, on_data_loss, waitq_on_message, waitq_on_subscribed};
+		store_start(loop, cfg, &ev);
 	}
-	canary_start(on_data_loss);
 	LOG(LOG_INFO, "msg=\"started\" version=%s broker=%s pool=%d", LOCKBROKER_VERSION, server.id,
 	    cfg->pool);
 	return 0;
@@ -257,13 +240,13 @@ int broker_start(uv_loop_t *loop, lb_config_t *cfg, int argc, char **argv)
 void broker_free(void)
 {
 	session_flush_dirty();
-	uv_close((uv_handle_t *)&server.flush_prepare, NULL);
-	uv_close((uv_handle_t *)&server.flush_check, NULL);
+	uv_close((uv_handle_t *)&B.flush_prepare, NULL);
+	uv_close((uv_handle_t *)&B.flush_check, NULL);
 	timers_close();
 	uv_run(server.loop, UV_RUN_DEFAULT); /* the close callbacks */
 	session_flush_list_free();
 	lease_table_free();
 	waitq_free();
 	dispatch_free();
-	rpool_free();
+	store_free();
 }

@@ -27,7 +27,7 @@
  * are never quoted, and jansson's "near '...'" excerpt is cut off.
  */
 #include "broker/config.h"
-#include "broker/version.h"
+#include "broker/base/version.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -174,16 +174,6 @@ static int fail(struct loader *l, const char *fmt, ...)
 		va_end(ap);
 	}
 	return CONFIG_ERROR;
-}
-
-static void *xmalloc(size_t n)
-{
-	void *p = malloc(n);
-	if (p == NULL) {
-		fputs("lockbrokerd: out of memory\n", stderr);
-		abort();
-	}
-	return p;
 }
 
 static char *xstrdup(const char *s)

@@ -14,80 +14,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker/broker.h"
-#include "broker/log.h"
-#include "broker/rpool.h"
-#include "broker/timers.h"
-#include "broker/waitq.h"
+#include "broker/base/counters.h"
+#include "broker/base/shared.h"
+#include "broker/base/log.h"
+#include "broker/store/store.h"
+#include "broker/base/timers.h"
+#include "broker/locks/waitq.h"
 
 #define MAX_REQUEST 8192
 #define MAX_CONNS 64
 #define REQUEST_TIMEOUT_MS 5000
 
-/* ---- what is counted ----------------------------------------------------- */
-
-static const double rtt_bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-                                    0.01, 0.025, 0.05, 0.1, 0.25, 1};
-static const double wait_bounds[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300};
-#define NBOUNDS 12
-
-typedef struct histogram {
-	uint64_t buckets[NBOUNDS]; /* not cumulative; summed when written */
-	uint64_t count;
-	double sum;
-} histogram_t;
-
-static const char *const lost_reasons[] = {"expired", "gone", "redis_unavailable", "max_hold"};
-#define NLOST 4
-
-static struct {
-	uint64_t acquires[LB_E__COUNT]; /* by result; LB_OK = granted */
-	uint64_t lost[NLOST];
-	uint64_t renewals_ok, renewals_failed;
-	histogram_t rtt;  /* seconds */
-	histogram_t wait; /* seconds */
-} M;
-
-static void observe(histogram_t *h, const double *bounds, double v)
-{
-	for (int k = 0; k < NBOUNDS; k++) {
-		if (v <= bounds[k]) {
-			h->buckets[k]++;
-			break;
-		}
-	}
-	h->count++;
-	h->sum += v;
-}
-
-void metrics_acquire(lb_err_t result, uint64_t waited_ms)
-{
-	if ((int)result < 0 || result >= LB_E__COUNT)
-		result = LB_E_INTERNAL;
-	M.acquires[result]++;
-	observe(&M.wait, wait_bounds, (double)waited_ms / 1000.0);
-}
-
-void metrics_lost(const char *reason)
-{
-	for (int k = 0; k < NLOST; k++) {
-		if (strcmp(reason, lost_reasons[k]) == 0)
-			M.lost[k]++;
-	}
-}
-
-void metrics_renewal(bool ok)
-{
-	if (ok)
-		M.renewals_ok++;
-	else
-		M.renewals_failed++;
-}
-
-void metrics_redis_rtt(uint64_t ns)
-{
-	observe(&M.rtt, rtt_bounds, (double)ns / 1e9);
-}
+_Static_assert(LB_E__COUNT < COUNTERS_NRESULTS, "every error code has an acquire counter");
 
 /* ---- the text ------------------------------------------------------------- */
 
@@ -129,7 +67,7 @@ static void put_histogram(text_t *t, const char *name, const char *help, const h
 	uint64_t cum = 0;
 
 	metric(t, name, "histogram", help);
-	for (int k = 0; k < NBOUNDS; k++) {
+	for (int k = 0; k < COUNTERS_NBOUNDS; k++) {
 		cum += h->buckets[k];
 		put(t, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[k], (unsigned long long)cum);
 	}
@@ -144,7 +82,7 @@ static char *render(size_t *len)
 	metric(&t, "lockbroker_up", "gauge", "1 while the broker runs.");
 	put(&t, "lockbroker_up 1\n");
 	metric(&t, "lockbroker_redis_up", "gauge", "1 when a Redis connection is ready.");
-	put(&t, "lockbroker_redis_up %d\n", rpool_up() ? 1 : 0);
+	put(&t, "lockbroker_redis_up %d\n", store_up() ? 1 : 0);
 	metric(&t, "lockbroker_uptime_seconds", "gauge", "Seconds since the broker started.");
 	put(&t, "lockbroker_uptime_seconds %llu\n",
 	    (unsigned long long)((timers_now() - server.started_ms) / 1000));
@@ -159,24 +97,24 @@ static char *render(size_t *len)
 
 	metric(&t, "lockbroker_acquires_total", "counter", "Acquires answered, by result (ok or the error code).");
 	for (int k = 0; k < LB_E__COUNT; k++) {
-		if (k == LB_OK || M.acquires[k])
+		if (k == LB_OK || counters.acquires[k])
 			put(&t, "lockbroker_acquires_total{result=\"%s\"} %llu\n",
-			    k == LB_OK ? "ok" : lb_err_code((lb_err_t)k), (unsigned long long)M.acquires[k]);
+			    k == LB_OK ? "ok" : lb_err_code((lb_err_t)k), (unsigned long long)counters.acquires[k]);
 	}
 	metric(&t, "lockbroker_releases_total", "counter", "Leases released (by their holder or their session's end).");
 	put(&t, "lockbroker_releases_total %llu\n", (unsigned long long)server.stats.released_total);
 	metric(&t, "lockbroker_timeouts_total", "counter", "Acquires answered timeout.");
 	put(&t, "lockbroker_timeouts_total %llu\n", (unsigned long long)server.stats.timeouts_total);
 	metric(&t, "lockbroker_lost_total", "counter", "Leases reported lost, by reason.");
-	for (int k = 0; k < NLOST; k++)
-		put(&t, "lockbroker_lost_total{reason=\"%s\"} %llu\n", lost_reasons[k],
-		    (unsigned long long)M.lost[k]);
+	for (int k = 0; k < COUNTERS_NLOST; k++)
+		put(&t, "lockbroker_lost_total{reason=\"%s\"} %llu\n", counters_lost_reasons[k],
+		    (unsigned long long)counters.lost[k]);
 	metric(&t, "lockbroker_renewals_total", "counter", "Watchdog renewals, by result.");
-	put(&t, "lockbroker_renewals_total{result=\"ok\"} %llu\n", (unsigned long long)M.renewals_ok);
-	put(&t, "lockbroker_renewals_total{result=\"failed\"} %llu\n", (unsigned long long)M.renewals_failed);
-	put_histogram(&t, "lockbroker_redis_rtt_seconds", "Round trip of Redis commands.", &M.rtt, rtt_bounds);
+	put(&t, "lockbroker_renewals_total{result=\"ok\"} %llu\n", (unsigned long long)counters.renewals_ok);
+	put(&t, "lockbroker_renewals_total{result=\"failed\"} %llu\n", (unsigned long long)counters.renewals_failed);
+	put_histogram(&t, "lockbroker_redis_rtt_seconds", "Round trip of Redis commands.", &counters.rtt, counters_rtt_bounds);
 	put_histogram(&t, "lockbroker_acquire_wait_seconds", "Time from an acquire request to its answer.",
-	              &M.wait, wait_bounds);
+	              &counters.wait, counters_wait_bounds);
 	*len = t.len;
 	return t.buf;
 }
@@ -274,7 +212,7 @@ static const char *not_ready(void)
 {
 	if (server.state != BROKER_RUNNING)
 		return "shutting down\n";
-	if (!rpool_up())
+	if (!store_up())
 		return "redis down\n";
 	return NULL;
 }

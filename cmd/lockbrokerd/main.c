@@ -33,5 +33,5 @@ int main(int argc, char **argv)
 	if (uv_loop_close(&loop) != 0)
 		fprintf(stderr, "lockbrokerd: handles still open at exit\n");
 	config_free(&cfg);
-	return rc == 0 ? server.exit_code : 1;
+	return rc == 0 ? 0 : 1;
 }

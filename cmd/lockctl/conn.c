@@ -21,8 +21,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "broker/url.h"
-#include "broker/version.h"
+#include "broker/base/url.h"
+#include "broker/base/version.h"
 
 static int64_t deadline_of(int64_t timeout_ms)
 {

@@ -16,7 +16,7 @@
 
 #include <jansson.h>
 
-#include "broker/log.h"
+#include "broker/base/log.h"
 #include "protocol/frame.h"
 
 /* Exit statuses (sysexits.h numbers where one fits; documented in --help).

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "broker/version.h"
+#include "broker/base/version.h"
 
 static const char usage_text[] =
 "Usage: lockctl [GLOBAL OPTIONS] COMMAND [ARGS]\n"

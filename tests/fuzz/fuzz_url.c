@@ -1,6 +1,6 @@
 /*
  * fuzz_url.c - libFuzzer target for the daemon's URL parsers
- * (broker/url.c: url_parse_listen, url_parse_redis, url_format_listen).
+ * (broker/base/url.c: url_parse_listen, url_parse_redis, url_format_listen).
  *
  * Input: byte 0 picks the parser (even: listen, odd: Redis), the rest is
  * the URL (cut at its first NUL, as a C string would be). Checked, from
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker/url.h"
+#include "broker/base/url.h"
 
 #define CHECK(cond)                                                            \
 	do {                                                                   \

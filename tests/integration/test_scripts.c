@@ -7,7 +7,7 @@
  * a test needs one). Run from the repository root (make test does).
  */
 #include "tests/integration/harness.h"
-#include "broker/lockscript.h"
+#include "broker/store/lockscript.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker/theap.h"
+#include "broker/base/theap.h"
 
 /* Checks every invariant of theap.c's top comment. */
 static void check_heap(const theap_t *h)

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "broker/url.h"
+#include "broker/base/url.h"
 
 static listen_addr_t L;
 static redis_addr_t R;

@@ -1,0 +1,14 @@
+/*
+ * random.h - unguessable tokens: lowercase hex of operating-system
+ * randomness (getrandom), drawn from a small pool so that a token costs no
+ * system call. The pool is process memory only; each byte is used once.
+ */
+#ifndef LB_BROKER_BASE_RANDOM_H
+#define LB_BROKER_BASE_RANDOM_H
+
+#include <stddef.h>
+
+/* Fills buf with 2*n lowercase hex characters (n <= 64) plus a NUL. */
+void random_hex(char *buf, size_t n);
+
+#endif

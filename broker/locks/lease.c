@@ -1,0 +1,271 @@
+/*
+ * lease.c - the lease table: lookup by token and by (session, lock, owner),
+ * creation, and the ways a lease ends (see lease.h).
+ *
+ * Ownership: the table does not own leases; each lease is owned by its
+ * session's list and freed by lease_free() after it left both indexes, the
+ * session's list and the timer heap. Asynchronous operations never keep a
+ * lease pointer: they keep the token and look the lease up again when the
+ * reply comes, so a lease freed in between is simply not found.
+ */
+#include "broker/locks/lease.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker/base/shared.h"
+#include "broker/locks/holderkey.h"
+#include "broker/store/lockscript.h"
+#include "broker/base/log.h"
+#include "broker/base/counters.h"
+#include "broker/store/store.h"
+#include "broker/locks/client.h"
+#include "protocol/resp.h"
+
+static htab_t by_token;
+static htab_t by_holder;
+
+/* The tokens of leases reported lost, newest last, in a ring: a lost
+ * lease is not_held at once, without Redis (which may be down). */
+typedef struct lost_token {
+	htab_node_t node;
+	bool used;
+	uint64_t at;
+	char token[LEASE_TOKEN_LEN];
+} lost_token_t;
+
+static struct {
+	lost_token_t *ring; /* LEASE_LOST_KEPT entries, allocated on first use */
+	size_t next;
+	htab_t index;
+} lost;
+
+
+static uint32_t token_hash(const char *token, size_t len)
+{
+	return htab_hash(HTAB_HASH_INIT, token, len);
+}
+
+
+static bool token_match(const htab_node_t *n, const void *key)
+{
+	const lease_t *l = (const lease_t *)((const char *)n - offsetof(lease_t, by_token));
+	const lb_str_t *t = key;
+
+	return t->len == LEASE_TOKEN_LEN && memcmp(l->token, t->ptr, LEASE_TOKEN_LEN) == 0;
+}
+
+static bool holder_match(const htab_node_t *n, const void *key)
+{
+	const lease_t *l = (const lease_t *)((const char *)n - offsetof(lease_t, by_holder));
+	const holder_key_t *k = key;
+
+	return holder_key_equal(k, l->client, l->lock, l->lock_len, l->owner, l->owner_len);
+}
+
+lease_t *lease_new(struct client *s, const char *token, const char *lock, size_t lock_len,
+                   const char *owner, size_t owner_len, lb_mode_t mode, int64_t fence,
+                   int64_t ttl_ms, bool watchdog)
+{
+	lease_t *l = xcalloc(1, sizeof(*l));
+	holder_key_t k;
+
+	memcpy(l->token, token, LEASE_TOKEN_LEN);
+	l->token[LEASE_TOKEN_LEN] = '\0';
+	l->lock = xstrndup(lock, lock_len);
+	l->lock_len = lock_len;
+	l->owner = xstrndup(owner, owner_len);
+	l->owner_len = owner_len;
+	l->mode = mode;
+	l->fence = fence;
+	l->ttl_ms = ttl_ms;
+	l->count = 1;
+	l->watchdog = watchdog;
+	l->client = s;
+
+	htab_insert(&by_token, &l->by_token, token_hash(l->token, LEASE_TOKEN_LEN));
+	if (mode != LB_MODE_PERMIT) {
+		/* Only locks re-enter; each permit is a lease of its own. */
+		k = (holder_key_t){s, l->lock, lock_len, l->owner, owner_len};
+		htab_insert(&by_holder, &l->by_holder, holder_key_hash(&k));
+	}
+
+	l->s_next = s->leases;
+	if (s->leases)
+		s->leases->s_prev = l;
+	s->leases = l;
+	s->nleases++;
+	server.nleases++;
+	return l;
+}
+
+static void lease_free(lease_t *l)
+{
+	struct client *s = l->client;
+
+	timer_cancel(&l->tick);
+	timer_cancel(&l->max_hold);
+	htab_remove(&by_token, &l->by_token);
+	if (l->mode != LB_MODE_PERMIT)
+		htab_remove(&by_holder, &l->by_holder);
+	if (l->s_prev)
+		l->s_prev->s_next = l->s_next;
+	else
+		s->leases = l->s_next;
+	if (l->s_next)
+		l->s_next->s_prev = l->s_prev;
+	s->nleases--;
+	server.nleases--;
+	free(l->lock);
+	free(l->owner);
+	free(l);
+}
+
+lease_t *lease_find(const char *token, size_t len)
+{
+	lb_str_t key = {token, len};
+	htab_node_t *n = htab_find(&by_token, token_hash(token, len), token_match, &key);
+
+	return n ? (lease_t *)((char *)n - offsetof(lease_t, by_token)) : NULL;
+}
+
+lease_t *lease_find_held(const struct client *s, const char *lock, size_t lock_len,
+                         const char *owner, size_t owner_len)
+{
+	holder_key_t k = {s, lock, lock_len, owner, owner_len};
+	htab_node_t *n = htab_find(&by_holder, holder_key_hash(&k), holder_match, &k);
+
+	return n ? (lease_t *)((char *)n - offsetof(lease_t, by_holder)) : NULL;
+}
+
+/* Where grants found in a reply go (waitq.c's, registered at start). */
+static lease_grants_fn grants_sink;
+
+void lease_set_grants_sink(lease_grants_fn fn)
+{
+	grants_sink = fn;
+}
+
+struct quiet_release {
+	uint64_t sent_at;
+	size_t len;
+	char lock[]; /* the lock's name */
+};
+
+static void on_released_quietly(const redisReply *reply, void *priv)
+{
+	struct quiet_release *q = priv;
+
+	if (store_reply_failed(reply))
+		LOG(LOG_WARN, "msg=\"release failed; the lease ends by its TTL\" err=\"%.200s\"",
+		    reply ? reply->str : "no reply");
+	else if (grants_sink)
+		grants_sink(q->lock, q->len, reply, 1, q->sent_at);
+	free(q);
+}
+
+void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until)
+{
+	struct quiet_release *q = xmalloc(sizeof(*q) + lock_len);
+	lockscript_t ls;
+
+	q->sent_at = timers_now();
+	q->len = lock_len;
+	memcpy(q->lock, lock, lock_len);
+	lockscript_begin(&ls, lock, lock_len, LOCK_NKEYS, true);
+	lockscript_arg(&ls, token, LEASE_TOKEN_LEN);
+	lockscript_str(&ls, "1");
+	lockscript_str(&ls, "0");
+	lockscript_retry_until(&ls, until);
+	if (lockscript_send(&ls, SCRIPT_RELEASE, on_released_quietly, q) < 0) {
+		char tb[LOG_TOKEN_LEN];
+		free(q);
+		LOG(LOG_WARN, "msg=\"redis down: lease left to expire by its TTL\" lease=%s",
+		    log_token(token, tb));
+	}
+}
+
+static bool lost_match(const htab_node_t *n, const void *key)
+{
+	const lost_token_t *e = (const lost_token_t *)n;
+
+	return memcmp(e->token, key, LEASE_TOKEN_LEN) == 0;
+}
+
+static void remember_lost(const char *token)
+{
+	lost_token_t *e;
+
+	if (!lost.ring)
+		lost.ring = xcalloc(LEASE_LOST_KEPT, sizeof(*lost.ring));
+	e = &lost.ring[lost.next];
+	lost.next = (lost.next + 1) % LEASE_LOST_KEPT;
+	if (e->used)
+		htab_remove(&lost.index, &e->node);
+	e->used = true;
+	e->at = timers_now();
+	memcpy(e->token, token, LEASE_TOKEN_LEN);
+	htab_insert(&lost.index, &e->node, token_hash(token, LEASE_TOKEN_LEN));
+}
+
+bool lease_was_lost(const char *token, size_t len)
+{
+	const lost_token_t *e;
+
+	if (len != LEASE_TOKEN_LEN || !lost.ring)
+		return false;
+	e = (const lost_token_t *)htab_find(&lost.index, token_hash(token, len), lost_match, token);
+	return e && timers_now() - e->at < LEASE_LOST_KEEP_MS;
+}
+
+void lease_lost(lease_t *l, const char *reason)
+{
+	struct client *s = l->client;
+	char tb[LOG_TOKEN_LEN];
+
+	LOG(LOG_INFO, "msg=\"lease lost\" session=%s lease=%s reason=%s", s->name,
+	    log_token(l->token, tb), reason);
+	server.stats.lost_total++;
+	counters_lost(reason);
+	client_send(s, resp_event_lost(l->token, (lb_str_t){l->lock, l->lock_len}, reason));
+	remember_lost(l->token);
+	if (strcmp(reason, "gone") != 0)
+		lease_release_in_redis(l->lock, l->lock_len, l->token,
+		                       l->expires_at + LEASE_RELEASE_SLACK_MS);
+	lease_free(l);
+}
+
+void lease_drop(lease_t *l)
+{
+	server.stats.released_total++;
+	lease_free(l);
+}
+
+void lease_release_now(lease_t *l)
+{
+	lease_release_in_redis(l->lock, l->lock_len, l->token, l->expires_at + LEASE_RELEASE_SLACK_MS);
+	lease_drop(l);
+}
+
+void lease_foreach(void (*fn)(lease_t *l, void *arg), void *arg)
+{
+	for (size_t b = 0; b < by_token.nbuckets; b++) {
+		for (htab_node_t *e = by_token.buckets[b]; e; e = e->next)
+			fn((lease_t *)((char *)e - offsetof(lease_t, by_token)), arg);
+	}
+}
+
+size_t lease_count(void)
+{
+	return by_token.count;
+}
+
+void lease_table_free(void)
+{
+	FAILS_ASSERT(by_token.count == 0);
+	htab_free(&by_token);
+	htab_free(&by_holder);
+	htab_free(&lost.index);
+	free(lost.ring);
+	lost.ring = NULL;
+}

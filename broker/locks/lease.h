@@ -1,0 +1,121 @@
+/*
+ * lease.h - the leases held by this broker's sessions, and their watchdog.
+ *
+ * A lease is found by its token (any session may release or extend it) and
+ * by (session, lock, owner) for reentrancy. Each lease has one timer entry
+ * that is either its next renewal (watchdog) or its expiry check, and one
+ * for its max-hold deadline.
+ *
+ * expires_at is the broker's conservative view of the lease's end: the
+ * local time at which the last successful acquire, renewal or extend was
+ * *sent*, plus the lifetime Redis granted. Redis started counting later, so
+ * the holder is always told it lost the lease before Redis can give the lock
+ * to anyone else.
+ *
+ * Detached leases are not in this table: they live in Redis only.
+ */
+#ifndef LB_BROKER_LEASE_H
+#define LB_BROKER_LEASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+#include "broker/base/htab.h"
+#include "broker/base/timers.h"
+#include "protocol/req.h"
+
+#define LEASE_TOKEN_LEN 32 /* 128 random bits in lowercase hex */
+#define LEASE_RETRY_MS 1000 /* renewal retry after a failure, at most */
+/* How long a request whose reply was lost (it may or may not have run) is
+ * sent again until Redis answers it: the longest a lease can live without
+ * renewal, after which it has ended whatever happened. */
+#define LB_RESOLVE_MS 86400000
+/* A release of a lease is resent after a lost reply until this long after
+ * the lease's local end: Redis counted its TTL from when it ran, later. */
+#define LEASE_RELEASE_SLACK_MS 5000
+
+struct client;
+
+typedef struct lease {
+	htab_node_t by_token;
+	htab_node_t by_holder; /* (session, lock, owner); locks only, not permits */
+	char token[LEASE_TOKEN_LEN + 1];
+	char *lock; /* NUL-terminated copy; lock names hold no NUL */
+	size_t lock_len;
+	char *owner; /* may hold NUL bytes: use owner_len */
+	size_t owner_len;
+	lb_mode_t mode;
+	int64_t fence;
+	int64_t ttl_ms; /* lifetime the watchdog renews to */
+	int64_t count;  /* reentrancy count */
+	int64_t opseq;      /* the last op seq sent (release, reenter): see
+	                     * lua/lib/prelude.lua */
+	int64_t releasing;  /* releases on their way */
+	int64_t reentering; /* re-entries on their way: count + reentering -
+	                     * releasing is what the lease will be at */
+	bool watchdog;
+	bool renewing; /* a renewal is in flight */
+
+	struct client *client;
+	struct lease *s_prev, *s_next; /* the session's list */
+
+	uint64_t expires_at;
+	uint64_t confirmed_at; /* send time of the newest confirmation applied */
+	/* Local time by which the max hold has ended it in Redis (0: none): a
+	 * send time plus the hold Redis reported left, so never later than
+	 * Redis's own deadline. */
+	uint64_t max_hold_at;
+	timer_ent_t tick;
+	timer_ent_t max_hold;
+} lease_t;
+
+/* Creates a lease held by s; takes no ownership of the strings (copies
+ * them). Its timers are the watchdog's to start (watchdog_start). */
+lease_t *lease_new(struct client *s, const char *token, const char *lock, size_t lock_len,
+                   const char *owner, size_t owner_len, lb_mode_t mode, int64_t fence,
+                   int64_t ttl_ms, bool watchdog);
+
+lease_t *lease_find(const char *token, size_t len);
+lease_t *lease_find_held(const struct client *s, const char *lock, size_t lock_len,
+                         const char *owner, size_t owner_len);
+
+
+/* Reports the lease lost to its session ("expired", "gone",
+ * "redis_unavailable", "max_hold"), releases it in Redis unless it is gone
+ * there already, and frees it. */
+void lease_lost(lease_t *l, const char *reason);
+/* The lease ended normally (released); frees it. */
+void lease_drop(lease_t *l);
+/* Releases every reentrancy level in Redis without waiting for the answer,
+ * then frees the lease (session end, shutdown). */
+void lease_release_now(lease_t *l);
+
+/* Grants for this broker's waiters found in the reply of a quiet release
+ * go to fn (waitq_take_grants, registered at start: waitq is above). */
+typedef void (*lease_grants_fn)(const char *lock, size_t lock_len, const redisReply *r,
+                                size_t from, uint64_t sent_at);
+void lease_set_grants_sink(lease_grants_fn fn);
+
+/* Frees every level of a holder in Redis; the answer is not awaited. A
+ * lost reply is sent again until `until` (uv_now ms: when the holder has
+ * ended by its TTL anyway); with Redis down until then it ends so. */
+void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until);
+
+/* True when this broker reported the lease of token lost (recently: the
+ * last LEASE_LOST_KEPT tokens of the last LEASE_LOST_KEEP_MS). */
+bool lease_was_lost(const char *token, size_t len);
+#define LEASE_LOST_KEPT 16384
+#define LEASE_LOST_KEEP_MS 3600000
+
+/* Calls fn(l, arg) for every lease (fn must not end any). */
+void lease_foreach(void (*fn)(lease_t *l, void *arg), void *arg);
+
+/* The number of leases in the table. */
+size_t lease_count(void);
+/* Frees the table's memory at exit; every lease must be gone. */
+void lease_table_free(void);
+
+#endif

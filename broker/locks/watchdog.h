@@ -1,0 +1,37 @@
+/*
+ * watchdog.h - renewal of watchdog leases and expiry checks of the others.
+ *
+ * Each lease's tick entry is, for a watchdog lease, its next renewal (every
+ * ttl/3 after the last successful one was sent) and otherwise its expiry. A
+ * tick that finds now >= expires_at reports the lease lost: "expired"
+ * without watchdog, "redis_unavailable" with it (renewals kept failing).
+ * Renewals due in the same loop turn go out pipelined.
+ */
+#ifndef LB_BROKER_WATCHDOG_H
+#define LB_BROKER_WATCHDOG_H
+
+#include <stdint.h>
+
+#include "broker/base/timers.h"
+
+struct lease;
+
+/* Starts the timers of a new lease l, granted with ttl_granted and
+ * hold_ms of max hold left (0: none) by a script sent at sent_at. */
+void watchdog_start(struct lease *l, uint64_t sent_at, int64_t ttl_granted, int64_t hold_ms);
+/* Redis confirmed ms_left of lifetime, and hold_ms of max hold left (0:
+ * none), for a command sent at sent_at. A confirmation older than one
+ * already applied can only shorten the lease: replies of two connections
+ * may arrive out of order, and either may be the one Redis ran last. */
+void watchdog_confirmed(struct lease *l, uint64_t sent_at, int64_t ms_left, int64_t hold_ms);
+/* (Re)schedules the lease's tick after a confirmation sent at sent_at. */
+void watchdog_schedule(struct lease *l, uint64_t sent_at);
+/* Redis may have lost data: asks it about every lease of every session at
+ * once (lua/verify.lua, which changes nothing); a lease it no longer holds
+ * is reported lost ("gone") and dropped. */
+void watchdog_verify_all(void);
+/* The timer callbacks of a lease's entries. */
+void watchdog_on_tick(timer_ent_t *t);
+void watchdog_on_max_hold(timer_ent_t *t);
+
+#endif

@@ -1,0 +1,94 @@
+/*
+ * rpool.h - the single-Redis backend of the store (store.h): the pool of
+ * async Redis connections that run the lock scripts.
+ *
+ * A fixed number of hiredis async connections on the broker's loop. Each
+ * command goes to the connection its route (a hash of the lock name) picks,
+ * so operations on one lock stay in order; when that connection is down the
+ * next ready one serves. Scripts are loaded with SCRIPT LOAD on every
+ * (re)connect and called with EVALSHA; after a NOSCRIPT reply the
+ * connection loads every script again and sends the command once more,
+ * without letting a later command of its pipeline pass it. Lost
+ * connections come back with capped exponential backoff and jitter; host
+ * names are resolved off the loop.
+ *
+ * Callbacks: fn(reply, priv) runs exactly once per accepted command. reply
+ * is NULL when the command failed without an answer (connection lost and
+ * not to be resent, pool closing); an error reply is passed through
+ * (rpool_reply_failed says so). The reply is only valid during the
+ * callback.
+ */
+#ifndef LB_BROKER_RPOOL_H
+#define LB_BROKER_RPOOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <hiredis/hiredis.h>
+#include <uv.h>
+
+#include "broker/store/scripts.h"
+#include "broker/store/store.h"
+#include "broker/base/url.h"
+
+
+/* The broker's inbox: one more connection, subscribed to one channel. */
+typedef struct rpool_inbox {
+	const char *channel; /* copied */
+	/* A message on the channel (valid during the call). */
+	void (*on_message)(const char *msg, size_t len);
+	/* The subscription is (re)established: messages sent while it was
+	 * down are lost, so whatever waits on them should look again. */
+	void (*on_subscribed)(void);
+} rpool_inbox_t;
+
+typedef struct rpool_callbacks {
+	/* The pool went from no ready command connection to one. */
+	void (*on_up)(void);
+	/* Redis may have lost data: a connection found another run_id than
+	 * the one seen before (a restart, a failover). */
+	void (*on_data_loss)(const char *why);
+} rpool_callbacks_t;
+
+/* Starts connecting n command connections to addr (which must outlive the
+ * pool), plus the inbox connection when inbox is not NULL. Each connection
+ * names itself in Redis (CLIENT SETNAME) name ":" its index, or name
+ * ":inbox", so CLIENT LIST shows whose it is. */
+void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, const char *name,
+                const rpool_callbacks_t *cb, const rpool_inbox_t *inbox);
+/* Frees what the pool keeps after it closed (at exit). */
+void rpool_free(void);
+/* Disconnects every connection; pending callbacks still run (with their
+ * replies if Redis answers, else NULL). No reconnects after this. */
+void rpool_close(void);
+/* True when at least one connection is ready for commands. */
+bool rpool_up(void);
+/* Commands sent and not yet answered. */
+size_t rpool_pending(void);
+
+/*
+ * EVALSHA of a script with nkeys keys followed by the other arguments
+ * (argv[0..nkeys-1] are keys). The arguments are copied. Returns 0 when the
+ * command was accepted (fn will run), or -1 when it was not (fn will not
+ * run): no connection is ready and retry_until is not in the future.
+ *
+ * retry_until (uv_now ms; 0 for none): the command is idempotent. While
+ * that time has not come, a reply lost with its connection (whether the
+ * command ran is unknown) makes it go out again on a connection that is
+ * ready, or as soon as one is; fn sees NULL only after that time. Such a
+ * command is also accepted while no connection is ready.
+ */
+int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
+               const char *const *argv, const size_t *argvlen,
+               store_fn fn, void *priv, uint64_t retry_until);
+
+/* True while a callback runs for a command that went out more than once
+ * because a reply was lost: an earlier copy may have run, so a repeatable
+ * script may find its own effect (a holder it released already). */
+bool rpool_replayed(void);
+
+
+/* FNV-1a of a lock name: the route of its commands. */
+uint32_t rpool_route(const char *name, size_t len);
+
+#endif

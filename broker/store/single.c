@@ -1,0 +1,76 @@
+/*
+ * single.c - the seam to Redis (store.h) on its one backend today: a
+ * single Redis reached through the connection pool (rpool.c), watched by
+ * the canary (canary.c). The names this broker uses in Redis (its inbox
+ * channel, its connections' client name) are made here, from the prefix
+ * and the broker's id.
+ */
+#include "broker/store/store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "broker/base/shared.h"
+#include "broker/store/canary.h"
+#include "broker/store/rpool.h"
+
+static store_events_t E;
+
+void store_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *events)
+{
+	char channel[128], name[64];
+	rpool_inbox_t inbox;
+	rpool_callbacks_t cb;
+
+	E = *events;
+	/* The channel lua/lib/prelude.lua publishes this broker's wake-ups to. */
+	snprintf(channel, sizeof(channel), "%sinbox:%s", cfg->prefix, server.id);
+	snprintf(name, sizeof(name), "lockbroker-%s", server.id);
+	inbox = (rpool_inbox_t){channel, E.on_wake, E.on_rewatch};
+	cb = (rpool_callbacks_t){E.on_up, E.on_data_loss};
+	rpool_init(loop, &cfg->redis, cfg->pool, name, &cb, &inbox);
+	canary_start(E.on_data_loss);
+}
+
+void store_close(void)
+{
+	canary_stop();
+	rpool_close();
+}
+
+void store_free(void)
+{
+	rpool_free();
+}
+
+bool store_up(void)
+{
+	return rpool_up();
+}
+
+size_t store_pending(void)
+{
+	return rpool_pending();
+}
+
+bool store_replayed(void)
+{
+	return rpool_replayed();
+}
+
+int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc,
+                   const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
+                   uint64_t retry_until)
+{
+	const char *all[8];
+	size_t lens[8];
+
+	if (argc < 0 || argc > 7)
+		return -1;
+	all[0] = key;
+	lens[0] = key_len;
+	memcpy(all + 1, argv, (size_t)argc * sizeof(*argv));
+	memcpy(lens + 1, argvlen, (size_t)argc * sizeof(*argvlen));
+	return rpool_eval(rpool_route(key, key_len), script, 1, argc + 1, all, lens, fn, priv,
+	                  retry_until);
+}

@@ -1,0 +1,94 @@
+/*
+ * store.h - the seam between what a lock does (locks/) and where its data
+ * lives: Redis. Everything locks/ asks of Redis goes through here:
+ *
+ *   - "run this script on the keys of lock N": a call built with
+ *     lockscript.h (the lock's keys, the context, the arguments) and sent;
+ *     the backend picks the connection. Commands of one lock keep their
+ *     order; a repeatable one may be sent again after a lost reply
+ *     (retry_until), and store_replayed() says so in its callback.
+ *   - "run this script on key K" (a key that is no lock's: a detached
+ *     lease's pointer, the broker's canary): store_eval_key.
+ *   - "wake-ups for lock N arrive here": events.on_wake(N) for each
+ *     message on this broker's inbox; events.on_rewatch when messages may
+ *     have been missed (the inbox was down).
+ *   - "is Redis up, did it lose data": store_up(); events.on_up when it
+ *     comes up; events.on_data_loss when it may have lost data (a new
+ *     run_id on reconnect, or the canary key, checked once a second).
+ *   - "renew these leases": each renewal is a call on its lock; calls
+ *     that go out in one loop turn leave on their connections together
+ *     (pipelined), so the renewals of one connection travel in one batch.
+ *
+ * Backends behind this header (one file each; today single.c, the only one
+ * built, implements every function):
+ *   single    today's: one Redis (redis:// or unix://), a pool of
+ *             connections chosen by a hash of the lock name (rpool.c), the
+ *             script cache, one inbox subscription, the canary.
+ *   sentinel  the same pool, connected to the master that Sentinel names;
+ *             +switch-master (or a ROLE check that says replica) reconnects
+ *             the pool and reports on_data_loss, so every lease is checked.
+ *   cluster   a pool per master; a lock's call goes to the master of its
+ *             key slot (every key of a lock shares the hash tag {N}), with
+ *             MOVED/ASK/TRYAGAIN handled in the backend; wake-ups through
+ *             a channel in the lock's own slot; one canary per master.
+ *   redlock   every call on N independent masters, the reply merged by the
+ *             backend (a majority within the validity time, fences as
+ *             max + 1); store_up when a majority is.
+ * Each is a sibling of rpool.c behind this interface: an addition, not a
+ * rewrite of locks/.
+ *
+ * Callbacks: fn(reply, priv) runs exactly once per accepted call; reply is
+ * NULL when there is none (store_reply_failed says so for errors too), and
+ * valid during the callback only.
+ */
+#ifndef LB_BROKER_STORE_STORE_H
+#define LB_BROKER_STORE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <hiredis/hiredis.h>
+#include <uv.h>
+
+#include "broker/base/settings.h"
+#include "broker/store/scripts.h"
+
+typedef void (*store_fn)(const redisReply *reply, void *priv);
+
+typedef struct store_events {
+	void (*on_up)(void);                         /* Redis became reachable */
+	void (*on_data_loss)(const char *why);       /* Redis may have lost data */
+	void (*on_wake)(const char *lock, size_t len); /* a wake-up for a lock */
+	void (*on_rewatch)(void);                    /* wake-ups may have been lost */
+} store_events_t;
+
+/* Connects to the Redis of cfg (which must outlive the store) and starts
+ * the checks; the events run as they happen. */
+void store_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *events);
+/* Stops: pending calls still get their replies (or NULL); nothing new. */
+void store_close(void);
+/* Frees what the store keeps after it closed (at exit). */
+void store_free(void);
+
+/* True when a call can go out now. */
+bool store_up(void);
+/* Calls accepted and not yet answered. */
+size_t store_pending(void);
+/* True while a callback runs for a call that went out more than once
+ * because a reply was lost: an earlier copy may have run. */
+bool store_replayed(void);
+
+/* A script on one key that is no lock's, with args after the key (copied).
+ * retry_until as for a lock's call (lockscript.h). Returns 0 when
+ * accepted (fn will run), -1 when not. */
+int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc,
+                   const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
+                   uint64_t retry_until);
+
+/* NULL or an error reply. */
+static inline bool store_reply_failed(const redisReply *r)
+{
+	return r == NULL || r->type == REDIS_REPLY_ERROR;
+}
+
+#endif

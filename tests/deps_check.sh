@@ -1,0 +1,68 @@
+#!/bin/sh
+# tests/deps_check.sh - the include graph of broker/ keeps its layers
+# (`make deps-check`, run by `make test`). Layers, bottom to top:
+#   0 broker/base/   heap, tables, timers, log, URLs, settings, shared state
+#   1 protocol/      framing, request decoding, response encoding
+#   2 broker/store/  the seam to Redis and its backend(s)
+#   3 broker/locks/  leases, waiters, the watchdog, lock operations
+#   4 broker/net/    listeners, sessions, the op table
+#   5 broker/*.c     lifecycle (broker.c), config parsing, metrics: wiring
+# A file may include headers of its own layer or lower ones, never of an
+# upper one; protocol/ includes nothing of broker/; broker/broker.h (the
+# lifecycle) is included by cmd/lockbrokerd/main.c alone; and no module (a
+# .c with its .h) depends on itself through others: no include cycle.
+# Prints every violation and exits 1 when there is one.
+set -eu
+cd "$(dirname "$0")/.."
+
+layer() {
+	case "$1" in
+	broker/base/*) echo 0 ;;
+	protocol/*) echo 1 ;;
+	broker/store/*) echo 2 ;;
+	broker/locks/*) echo 3 ;;
+	broker/net/*) echo 4 ;;
+	broker/*) echo 5 ;;
+	*) echo 9 ;;
+	esac
+}
+
+module() { echo "${1%.*}"; }
+
+bad=0
+edges=$(mktemp)
+trap 'rm -f "$edges"' EXIT
+for f in $(find broker protocol cmd -name '*.[ch]' | sort); do
+	from=$(layer "$f")
+	for inc in $(sed -n 's/^#include "\(\(broker\|protocol\)\/[^"]*\)".*/\1/p' "$f"); do
+		to=$(layer "$inc")
+		if [ ! -f "$inc" ]; then
+			echo "deps-check: $f includes $inc, which does not exist"
+			bad=1
+			continue
+		fi
+		case "$f" in cmd/*) ;; *)
+			if [ "$to" -gt "$from" ]; then
+				echo "deps-check: $f (layer $from) includes $inc (layer $to): against the layer order"
+				bad=1
+			fi ;;
+		esac
+		if [ "$inc" = broker/broker.h ] && [ "$f" != cmd/lockbrokerd/main.c ] && [ "$f" != broker/broker.c ]; then
+			echo "deps-check: $f includes broker/broker.h: only main may"
+			bad=1
+		fi
+		a=$(module "$f")
+		b=$(module "$inc")
+		[ "$a" = "$b" ] || echo "$a $b" >>"$edges"
+	done
+done
+if ! tsort "$edges" >/dev/null 2>"$edges.err"; then
+	sed 's/^/deps-check: /' "$edges.err"
+	bad=1
+fi
+rm -f "$edges.err"
+if [ "$bad" -ne 0 ]; then
+	echo "deps-check: failed"
+	exit 1
+fi
+echo "deps-check: $(sort -u "$edges" | wc -l) include edges, layers kept, no cycle"
