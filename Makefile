@@ -100,8 +100,10 @@ TEST_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
             LB_BROKER_BIN=$(CURDIR)/build/san/lockbrokerd \
             LB_LOCKCTL_BIN=$(CURDIR)/build/san/lockctl
-# broker/'s layers and no include cycle (tests/deps_check.sh).
+# broker/'s layers and no include cycle (tests/deps_check.sh), after a
+# self-test that the check catches each kind of break.
 deps-check:
+	@sh tests/deps_check_selftest.sh
 	@sh tests/deps_check.sh
 
 test: deps deps-check
@@ -151,7 +153,7 @@ FUZZ_TARGETS := frame req url config
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -I. $(PKG_CFLAGS) -O1 -g \
                 $(FUZZ_SAN) -fsanitize=fuzzer-no-link
-FUZZ_LIB_OBJS := $(patsubst %.c,build/fuzz/%.o,$(wildcard protocol/*.c) broker/base/url.c broker/base/log.c broker/config.c)
+FUZZ_LIB_OBJS := $(patsubst %.c,build/fuzz/%.o,$(wildcard protocol/*.c) broker/base/url.c broker/base/log.c broker/config.c broker/config_reload.c)
 FUZZ_BINS    := $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_TARGETS))
 # Kept: make would delete these as intermediates and rebuild them each time.
 .SECONDARY: $(patsubst %,build/fuzz/tests/fuzz/fuzz_%.o,$(FUZZ_TARGETS))

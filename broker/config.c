@@ -27,7 +27,6 @@
  * are never quoted, and jansson's "near '...'" excerpt is cut off.
  */
 #include "broker/config.h"
-#include "broker/base/version.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +38,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "broker/base/version.h"
 
 #define SECRET_MAX 4096
 #define PREFIX_MAX 64
@@ -715,70 +715,4 @@ void config_free(lb_config_t *cfg)
 	free(cfg->prefix);
 	free_secret(cfg->auth_secret);
 	memset(cfg, 0, sizeof(*cfg));
-}
-
-/* Whether two listen lists name the same addresses in the same order. */
-static bool same_listen(const lb_config_t *a, const lb_config_t *b)
-{
-	if (a->nlisten != b->nlisten)
-		return false;
-	for (size_t k = 0; k < a->nlisten; k++) {
-		const listen_addr_t *x = &a->listen[k], *y = &b->listen[k];
-		if (x->kind != y->kind || x->port != y->port || strcmp(x->host, y->host) != 0 ||
-		    strcmp(x->path, y->path) != 0)
-			return false;
-	}
-	return true;
-}
-
-static bool same_redis(const redis_addr_t *a, const redis_addr_t *b)
-{
-	if (a->kind != b->kind || a->port != b->port || a->db != b->db || strcmp(a->host, b->host) != 0 ||
-	    strcmp(a->path, b->path) != 0)
-		return false;
-	if ((a->password == NULL) != (b->password == NULL))
-		return false;
-	return a->password == NULL || strcmp(a->password, b->password) == 0;
-}
-
-void config_apply_reload(lb_config_t *live, lb_config_t *fresh, char *restart, size_t restartlen)
-{
-	char *secret;
-	size_t n = 0;
-
-	restart[0] = '\0';
-#define NEEDS_RESTART(cond, name)                                                                  \
-	do {                                                                                           \
-		if (cond) {                                                                                \
-			int w = snprintf(restart + n, restartlen - n, "%s%s", n ? " " : "", name);             \
-			if (w > 0 && (size_t)w < restartlen - n)                                               \
-				n += (size_t)w;                                                                    \
-		}                                                                                          \
-	} while (0)
-	NEEDS_RESTART(!same_listen(live, fresh), "listen");
-	NEEDS_RESTART(!same_redis(&live->redis, &fresh->redis), "redis");
-	NEEDS_RESTART(strcmp(live->prefix, fresh->prefix) != 0, "prefix");
-	NEEDS_RESTART(live->pool != fresh->pool, "pool");
-	NEEDS_RESTART(live->socket_mode != fresh->socket_mode, "socket-mode");
-	NEEDS_RESTART(live->has_metrics != fresh->has_metrics ||
-	                  (live->has_metrics && (live->metrics.port != fresh->metrics.port ||
-	                                         strcmp(live->metrics.host, fresh->metrics.host) != 0)),
-	              "metrics");
-#undef NEEDS_RESTART
-
-	live->log_level = fresh->log_level;
-	live->log_json = fresh->log_json;
-	live->default_ttl_ms = fresh->default_ttl_ms;
-	live->shutdown_grace_ms = fresh->shutdown_grace_ms;
-	live->max_line = fresh->max_line;
-	live->max_connections = fresh->max_connections;
-	live->max_leases_per_session = fresh->max_leases_per_session;
-	live->max_inflight = fresh->max_inflight;
-	live->max_waiters = fresh->max_waiters;
-	live->max_waiters_per_session = fresh->max_waiters_per_session;
-	live->max_queue = fresh->max_queue;
-	/* Swap, so that config_free(fresh) frees the old secret. */
-	secret = live->auth_secret;
-	live->auth_secret = fresh->auth_secret;
-	fresh->auth_secret = secret;
 }

@@ -10,10 +10,13 @@
 # A file may include headers of its own layer or lower ones, never of an
 # upper one; protocol/ includes nothing of broker/; broker/broker.h (the
 # lifecycle) is included by cmd/lockbrokerd/main.c alone; and no module (a
-# .c with its .h) depends on itself through others: no include cycle.
-# Prints every violation and exits 1 when there is one.
+# .c with its .h) depends on itself through others: no include cycle. A
+# module's private header (x_int.h) is included only by its own parts
+# (x.c, x_*.c in the same folder).
+# Prints every violation and exits 1 when there is one. Checks the tree it
+# sits in, or the one given as $1 (tests/deps_check_selftest.sh).
 set -eu
-cd "$(dirname "$0")/.."
+cd "${1:-$(dirname "$0")/..}"
 
 layer() {
 	case "$1" in
@@ -51,6 +54,13 @@ for f in $(find broker protocol cmd -name '*.[ch]' | sort); do
 			echo "deps-check: $f includes broker/broker.h: only main may"
 			bad=1
 		fi
+		case "$inc" in *_int.h)
+			owner=${inc%_int.h}
+			case "$f" in "$owner".c | "$owner"_*.c | "$owner"_*.h) ;; *)
+				echo "deps-check: $f includes $inc, private to ${owner}*.c"
+				bad=1 ;;
+			esac ;;
+		esac
 		a=$(module "$f")
 		b=$(module "$inc")
 		[ "$a" = "$b" ] || echo "$a $b" >>"$edges"

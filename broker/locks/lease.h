@@ -1,5 +1,6 @@
 /*
- * lease.h - the leases held by this broker's sessions, and their watchdog.
+ * lease.h - the leases held by this broker's sessions (client_t, client.h);
+ * watchdog.h renews them and checks their expiry.
  *
  * A lease is found by its token (any session may release or extend it) and
  * by (session, lock, owner) for reentrancy. Each lease has one timer entry

@@ -821,7 +821,7 @@ static int raw_head(slot_t *sl, const char *sha, const char **argv)
 	return n;
 }
 
-/* The broker's acquire ARGV, exactly as broker/waitq.c sends it: the head,
+/* The broker's acquire ARGV, exactly as broker/locks/waitq_send.c sends it: the head,
  * then mode, limit, ttl_ms, owner, client, max_hold_ms, wait, fair,
  * max_queue. */
 static int raw_acq_argv(slot_t *sl, const char **argv, size_t *lens)
@@ -848,7 +848,7 @@ static int raw_rel_argv(slot_t *sl, const char **argv, size_t *lens)
 
 static void slot_init(slot_t *sl, conn_t *c, int idx, const char *kind, int cidx)
 {
-	/* The broker's key layout (broker/lockscript.c): the header is the bare
+	/* The broker's key layout (broker/store/lockscript.c): the header is the bare
 	 * P{NAME}. */
 	static const char *suffix[7] = {":h", ":i", "", ":q", ":w", ":d", ":s"};
 

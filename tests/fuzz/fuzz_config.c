@@ -1,6 +1,6 @@
 /*
  * fuzz_config.c - libFuzzer target for the daemon's settings loader
- * (broker/config.c: config_load, config_apply_reload), driven as the daemon
+ * (broker/config.c: config_load; broker/config_reload.c: config_apply_reload), driven as the daemon
  * drives it: a config file and a command line.
  *
  * Input: byte 0 holds flags (bit 0: put "--config c" first on the command

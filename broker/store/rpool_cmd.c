@@ -1,0 +1,340 @@
+/*
+ * rpool_cmd.c - Redis connection pool, part two: the commands (see rpool.h;
+ * the connections are rpool.c).
+ *
+ * Every command is an rcmd_t that owns its RESP text until its callback
+ * ran.
+ *
+ * Order on a connection is the order of the requests: a command that gets
+ * NOSCRIPT (SCRIPT FLUSH, or a Redis that lost its scripts behind a proxy)
+ * did not run, and neither did the commands behind it that got NOSCRIPT
+ * too; commands sent after it must not pass it. So the connection starts
+ * reloading: what it sends from then on is held, the NOSCRIPT'd commands
+ * are kept in order, and once every reply is in, every script is loaded
+ * again and the kept commands go out first, then the held ones. (Another
+ * client may load a script while replies are still coming: a command behind
+ * the first NOSCRIPT then runs; nothing can undo that, and it is logged.)
+ *
+ * A lost reply (the connection dropped after the command was written)
+ * leaves the command's fate unknown. A command sent with retry_until is
+ * idempotent (every lock script takes a repeat as a repeat): it is sent
+ * again, on whichever connection serves its route, until it is answered or
+ * retry_until passes; only then does its callback see NULL. A command sent
+ * again pins its route to the connection it went out on until it is
+ * answered, so a later command of the route (the lock's next op) does not
+ * pass it on the route's own connection once that one is back; on a
+ * connection that was reloading, it keeps its place among the commands
+ * kept there.
+ */
+#include "broker/store/rpool.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/async.h>
+
+#include "broker/base/counters.h"
+#include "broker/base/htab.h"
+#include "broker/base/log.h"
+#include "broker/base/timers.h"
+#include "broker/store/rpool_int.h"
+
+static void on_reply(redisAsyncContext *ac, void *r, void *priv);
+
+/* ---- command lists ------------------------------------------------------- */
+
+static void list_push(cmdlist_t *l, rcmd_t *cmd)
+{
+	cmd->next = NULL;
+	if (l->tail)
+		l->tail->next = cmd;
+	else
+		l->head = cmd;
+	l->tail = cmd;
+}
+
+rcmd_t *rp_list_pop(cmdlist_t *l)
+{
+	rcmd_t *cmd = l->head;
+
+	if (cmd) {
+		l->head = cmd->next;
+		if (!l->head)
+			l->tail = NULL;
+		cmd->next = NULL;
+	}
+	return cmd;
+}
+
+static void list_remove(cmdlist_t *l, rcmd_t *cmd)
+{
+	rcmd_t *prev = NULL;
+
+	for (rcmd_t *k = l->head; k; prev = k, k = k->next) {
+		if (k != cmd)
+			continue;
+		if (prev)
+			prev->next = k->next;
+		else
+			l->head = k->next;
+		if (l->tail == k)
+			l->tail = prev;
+		k->next = NULL;
+		return;
+	}
+}
+
+uint32_t rpool_route(const char *name, size_t len)
+{
+	return htab_hash(HTAB_HASH_INIT, name, len);
+}
+
+static struct pin *pin_find(uint32_t route)
+{
+	for (int k = 0; k < rpool.npins; k++)
+		if (rpool.pins[k].route == route)
+			return &rpool.pins[k];
+	return NULL;
+}
+
+/* cmd, sent again on c, pins its route to c until it is answered. */
+static void pin(rcmd_t *cmd, const rconn_t *c)
+{
+	struct pin *p = pin_find(cmd->route);
+
+	if (!p && rpool.npins < MAX_PINS) {
+		p = &rpool.pins[rpool.npins++];
+		*p = (struct pin){cmd->route, c->idx, 0};
+	}
+	if (p && p->conn == c->idx) {
+		p->count++;
+		cmd->pinned = true;
+	}
+}
+
+static void unpin(rcmd_t *cmd)
+{
+	struct pin *p = cmd->pinned ? pin_find(cmd->route) : NULL;
+
+	cmd->pinned = false;
+	if (p && --p->count == 0)
+		*p = rpool.pins[--rpool.npins];
+}
+
+static rconn_t *pick(uint32_t route)
+{
+	struct pin *p = rpool.npins ? pin_find(route) : NULL;
+
+	if (p && rp_usable(&rpool.conns[p->conn]))
+		return &rpool.conns[p->conn];
+	for (int k = 0; k < rpool.n; k++) {
+		rconn_t *c = &rpool.conns[(route + (uint32_t)k) % (uint32_t)rpool.n];
+		if (rp_usable(c))
+			return c;
+	}
+	return NULL;
+}
+
+/* ---- commands ------------------------------------------------------------- */
+
+/* The callback runs, once; the command is done. */
+void rp_deliver(rcmd_t *cmd, const redisReply *reply)
+{
+	unpin(cmd);
+	rpool.pending--;
+	if (reply)
+		counters_redis_rtt(uv_hrtime() - cmd->sent_ns);
+	rpool.in_replay = cmd->replayed;
+	cmd->fn(reply, cmd->priv);
+	rpool.in_replay = false;
+	free(cmd);
+}
+
+bool rpool_replayed(void)
+{
+	return rpool.in_replay;
+}
+
+static int conn_send(rconn_t *c, rcmd_t *cmd)
+{
+	if (c->reloading) {
+		list_push(&c->held, cmd);
+		return 0;
+	}
+	cmd->sent_ns = uv_hrtime();
+	if (redisAsyncFormattedCommand(c->ac, on_reply, cmd, cmd->resp, cmd->len) != REDIS_OK)
+		return -1;
+	if (c->pending++ == 0) {
+		c->progress_at = timers_now();
+		timer_at(&c->watch, c->progress_at + COMMAND_TIMEOUT_MS);
+	}
+	return 0;
+}
+
+static void on_give_up(timer_ent_t *t)
+{
+	rcmd_t *cmd = (rcmd_t *)((char *)t - offsetof(rcmd_t, give_up));
+
+	list_remove(&rpool.waiting, cmd);
+	rp_deliver(cmd, NULL);
+}
+
+/* Sends cmd (again) on a connection that serves its route. With none
+ * ready, a command that may be resent waits for one; another fails. */
+void rp_dispatch(rcmd_t *cmd)
+{
+	rconn_t *c = rpool.closing ? NULL : pick(cmd->route);
+
+	unpin(cmd);
+	if (c && conn_send(c, cmd) == 0) {
+		pin(cmd, c);
+		return;
+	}
+	if (!rpool.closing && cmd->retry_until > timers_now()) {
+		list_push(&rpool.waiting, cmd);
+		timer_at(&cmd->give_up, cmd->retry_until);
+		return;
+	}
+	rp_deliver(cmd, NULL);
+}
+
+/* Every reply of a reloading connection is in: load the scripts again,
+ * then send what it kept and what it held, in that order. */
+static void reload_when_quiet(rconn_t *c)
+{
+	rcmd_t *cmd;
+
+	if (!c->reloading || c->pending > 0 || !rp_usable(c))
+		return;
+	LOG(LOG_WARN, "msg=\"redis lost its scripts; loading them again\" conn=%d", c->idx);
+	for (int id = 0; id < SCRIPT__COUNT; id++)
+		rp_send_script_load(c->ac, NULL, NULL, id);
+	c->reloading = false;
+	while ((cmd = rp_list_pop(&c->redo)) != NULL)
+		if (conn_send(c, cmd) < 0)
+			rp_dispatch(cmd);
+	while ((cmd = rp_list_pop(&c->held)) != NULL)
+		if (conn_send(c, cmd) < 0)
+			rp_dispatch(cmd);
+}
+
+static void on_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+	redisReply *reply = r;
+	rcmd_t *cmd = priv;
+	rconn_t *c = ac->data;
+
+	if (c->pending > 0)
+		c->pending--;
+	if (reply) {
+		c->progress_at = timers_now();
+	} else if (c->state == RC_READY) {
+		c->state = RC_DOWN; /* hiredis is failing this context */
+	}
+	if (reply && reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0 &&
+	    !cmd->reloaded && c->state == RC_READY) {
+		/* It did not run: kept, in order, until the scripts are back. */
+		cmd->reloaded = true;
+		c->reloading = true;
+		list_push(&c->redo, cmd);
+		reload_when_quiet(c);
+		return;
+	}
+	if (reply && c->reloading && reply->type != REDIS_REPLY_ERROR)
+		LOG(LOG_WARN, "msg=\"a command ran after an earlier one found no script\" conn=%d", c->idx);
+	if (!reply && cmd->retry_until > timers_now() && !rpool.closing) {
+		/* Its fate is unknown: sent again (it is idempotent); behind
+		 * what this connection kept, when it was reloading. */
+		cmd->replayed = true;
+		if (c->reloading)
+			list_push(&c->redo, cmd);
+		else
+			rp_dispatch(cmd);
+		return;
+	}
+	rp_deliver(cmd, reply);
+	if (reply)
+		reload_when_quiet(c);
+}
+
+/* Decimal digits of v, written at p; returns the end. */
+static char *put_uint(char *p, size_t v)
+{
+	char tmp[24];
+	int n = 0;
+
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	while (n)
+		*p++ = tmp[--n];
+	return p;
+}
+
+/* One RESP bulk string: "$" len CRLF bytes CRLF. */
+static char *put_bulk(char *p, const char *s, size_t len)
+{
+	*p++ = '$';
+	p = put_uint(p, len);
+	*p++ = '\r';
+	*p++ = '\n';
+	memcpy(p, s, len);
+	p += len;
+	*p++ = '\r';
+	*p++ = '\n';
+	return p;
+}
+
+int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
+               const char *const *argv, const size_t *argvlen,
+               store_fn fn, void *priv, uint64_t retry_until)
+{
+	rconn_t *c = rpool.closing ? NULL : pick(route);
+	size_t total = 0;
+	rcmd_t *cmd;
+	char *p, nkeys_buf[24];
+
+	if (!rpool.sha[script][0] || (!c && retry_until <= timers_now()) || rpool.closing)
+		return -1;
+	/* Each bulk costs at most 1 + 20 digits + 4 bytes of framing. */
+	for (int k = 0; k < argc; k++)
+		total += argvlen[k] + 25;
+	total += 24 + 3 * 25 + 7 + 40 + sizeof(nkeys_buf) + 1;
+	cmd = xmalloc(sizeof(*cmd) + total);
+	cmd->next = NULL;
+	timer_init(&cmd->give_up, on_give_up);
+	cmd->retry_until = retry_until;
+	cmd->route = route;
+	cmd->script = script;
+	cmd->reloaded = false;
+	cmd->replayed = false;
+	cmd->pinned = false;
+	cmd->fn = fn;
+	cmd->priv = priv;
+	p = cmd->resp;
+	*p++ = '*';
+	p = put_uint(p, (size_t)argc + 3);
+	*p++ = '\r';
+	*p++ = '\n';
+	p = put_bulk(p, "EVALSHA", 7);
+	p = put_bulk(p, rpool.sha[script], 40);
+	p = put_bulk(p, nkeys_buf, (size_t)(put_uint(nkeys_buf, (size_t)nkeys) - nkeys_buf));
+	for (int k = 0; k < argc; k++)
+		p = put_bulk(p, argv[k], argvlen[k]);
+	cmd->len = (size_t)(p - cmd->resp);
+	*p = '\0'; /* hiredis looks for the command name with strchr */
+	if (c && conn_send(c, cmd) == 0) {
+		rpool.pending++;
+		return 0;
+	}
+	if (retry_until > timers_now()) {
+		rpool.pending++;
+		list_push(&rpool.waiting, cmd);
+		timer_at(&cmd->give_up, retry_until);
+		return 0;
+	}
+	free(cmd);
+	return -1;
+}
+

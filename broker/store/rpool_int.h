@@ -1,0 +1,141 @@
+/*
+ * rpool_int.h - what the two halves of the Redis pool share (rpool.c: the
+ * connections; rpool_cmd.c: the commands on them). Nothing outside
+ * broker/store/rpool*.c includes it. See rpool.c for the connection states
+ * and rpool_cmd.c for the order and resend rules.
+ */
+#ifndef LB_RPOOL_INT_H
+#define LB_RPOOL_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <hiredis/async.h>
+#include <uv.h>
+
+#include "broker/base/timers.h"
+#include "broker/base/url.h"
+#include "broker/store/scripts.h"
+#include "broker/store/store.h"
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+#define MAX_CONNS 64
+/* A connection that is not ready this long after connecting, or that has
+ * commands pending and answered nothing this long, is dropped and
+ * reconnected; its pending commands fail (hiredis 0.14 has no timeouts). */
+#define CONNECT_TIMEOUT_MS 3000
+#define COMMAND_TIMEOUT_MS 2000
+/* How long a stopping broker waits for Redis to answer what is pending. */
+#define CLOSE_TIMEOUT_MS 2000
+#define RUN_ID_LEN 40
+#define MAX_ADDRS 8 /* addresses of a resolved host tried in turn */
+#define MAX_PINS 64 /* routes pinned at once (more: not pinned) */
+
+/* Handshake steps that are not a script's SCRIPT LOAD. */
+#define STEP_PLAIN ((intptr_t)-1)
+#define STEP_INFO ((intptr_t)-2)
+
+typedef enum rconn_state {
+	RC_DOWN,
+	RC_RESOLVING,
+	RC_CONNECTING,
+	RC_READY,
+	RC_CLOSING,
+} rconn_state_t;
+
+typedef struct rcmd rcmd_t;
+
+/* Commands in order, oldest first. */
+typedef struct cmdlist {
+	rcmd_t *head, *tail;
+} cmdlist_t;
+
+typedef struct rconn {
+	redisAsyncContext *ac; /* NULL once hiredis freed it */
+	rconn_state_t state;
+	int idx;
+	int handshake_left; /* replies still expected before READY */
+	bool handshake_failed;
+	bool subscriber;      /* the inbox connection, not a command one */
+	bool dropping;        /* inside our own redisAsyncFree (rconn_drop) */
+	bool reloading;       /* NOSCRIPT seen: see the header */
+	bool resolving;       /* gai is in flight */
+	bool addr_ok;         /* addrs[addr_i] made a ready connection */
+	int naddrs, addr_i;   /* the host's addresses; the one to try next */
+	char addrs[MAX_ADDRS][64];
+	cmdlist_t redo;       /* answered NOSCRIPT while reloading, in order */
+	cmdlist_t held;       /* sent while reloading, in order */
+	uint32_t backoff_ms;
+	size_t pending;       /* commands sent, not yet answered */
+	uint64_t progress_at; /* last reply, or when pending went from 0 to 1 */
+	timer_ent_t retry;
+	timer_ent_t watch;
+	uv_getaddrinfo_t gai;
+} rconn_t;
+
+struct rcmd {
+	rcmd_t *next;         /* in a cmdlist */
+	timer_ent_t give_up;  /* retry_until, while waiting in rpool.waiting */
+	uint64_t sent_ns;     /* uv_hrtime at the last send: round-trip metric */
+	uint64_t retry_until; /* 0: a lost reply is reported at once */
+	uint32_t route;
+	script_id_t script;
+	bool reloaded;        /* sent again after NOSCRIPT already */
+	bool replayed;        /* sent again after a lost reply */
+	bool pinned;          /* holds a pin on its route (see the header) */
+	store_fn fn;
+	void *priv;
+	size_t len;
+	char resp[]; /* EVALSHA sha nkeys args... in RESP, formatted once (the
+	              * sha does not change when a script is loaded again),
+	              * NUL-terminated */
+};
+
+struct rpool_state {
+	uv_loop_t *loop;
+	const redis_addr_t *addr;
+	rconn_t conns[MAX_CONNS + 1]; /* commands, then the subscriber */
+	int n;                        /* command connections */
+	int nall;                     /* n, plus 1 with a subscriber */
+	char *channel;                /* the inbox channel, or NULL */
+	char *name;                   /* CLIENT SETNAME prefix */
+	void (*on_message)(const char *msg, size_t len);
+	void (*on_subscribed)(void);
+	void (*on_up)(void);
+	void (*on_data_loss)(const char *why);
+	size_t pending;     /* commands accepted whose callback has not run */
+	cmdlist_t waiting;  /* lost replies waiting for a connection to resend */
+	char sha[SCRIPT__COUNT][41];
+	char run_id[RUN_ID_LEN + 1]; /* of the Redis last seen; "" before */
+	const char *loss;            /* a data loss to report once a
+	                              * connection is ready, or NULL */
+	uint32_t rand_state;
+	uv_timer_t close_timer; /* bounds rpool_close */
+	bool closing;
+	bool in_replay; /* rpool_replayed() */
+	struct pin {
+		uint32_t route;
+		int conn;       /* index into conns */
+		unsigned count; /* commands sent again on it, not yet answered */
+	} pins[MAX_PINS];
+	int npins;
+};
+
+/* The pool (rpool.c). */
+extern struct rpool_state rpool;
+
+/* rpool.c: the connections. */
+/* c takes commands: READY, and hiredis is not tearing its context down. */
+bool rp_usable(const rconn_t *c);
+void rp_send_script_load(redisAsyncContext *ac, redisCallbackFn *fn, void *priv, script_id_t id);
+
+/* rpool_cmd.c: the commands. */
+rcmd_t *rp_list_pop(cmdlist_t *l);
+/* cmd's callback runs, once, with reply (NULL: failed); cmd is freed. */
+void rp_deliver(rcmd_t *cmd, const redisReply *reply);
+/* Sends cmd on the connection that serves its route; with none up, it
+ * waits (retry_until) or fails at once. */
+void rp_dispatch(rcmd_t *cmd);
+
+#endif
