@@ -71,9 +71,9 @@ build/san/tests/%.o: tests/%.c | $(GEN_SRC)
 	$(CC) $(SAN_CFLAGS) --param asan-globals=0 $(CRIT_CFLAGS) -c $< -o $@
 
 build/rel/liblb.a: $(REL_OBJS)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 build/san/liblb.a: $(SAN_OBJS)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 # ---- binaries --------------------------------------------------------------
 build/lockbrokerd: build/rel/cmd/lockbrokerd/main.o build/rel/liblb.a
@@ -162,7 +162,7 @@ build/fuzz/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 build/fuzz/liblb.a: $(FUZZ_LIB_OBJS)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 build/fuzz/fuzz_%: build/fuzz/tests/fuzz/fuzz_%.o build/fuzz/liblb.a
 	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(PKG_LIBS) -lm
 # The config loader may open no file but the target's own: its calls of

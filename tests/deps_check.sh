@@ -12,7 +12,9 @@
 # lifecycle) is included by cmd/lockbrokerd/main.c alone; and no module (a
 # .c with its .h) depends on itself through others: no include cycle. A
 # module's private header (x_int.h) is included only by its own parts
-# (x.c, x_*.c in the same folder).
+# (x.c, x_*.c in the same folder). Above store/, the seam is all there is
+# of it: store.h, lockscript.h (a lock's call) and scripts.h (the script
+# ids); a backend's own headers (rpool.h, canary.h, redis_uv.h) stay inside.
 # Prints every violation and exits 1 when there is one. Checks the tree it
 # sits in, or the one given as $1 (tests/deps_check_selftest.sh).
 set -eu
@@ -54,6 +56,13 @@ for f in $(find broker protocol cmd -name '*.[ch]' | sort); do
 			echo "deps-check: $f includes broker/broker.h: only main may"
 			bad=1
 		fi
+		case "$f:$inc" in
+		broker/store/*) ;;
+		*:broker/store/store.h | *:broker/store/lockscript.h | *:broker/store/scripts.h) ;;
+		*:broker/store/*)
+			echo "deps-check: $f includes $inc: above store/, only its seam (store.h, lockscript.h, scripts.h)"
+			bad=1 ;;
+		esac
 		case "$inc" in *_int.h)
 			owner=${inc%_int.h}
 			case "$f" in "$owner".c | "$owner"_*.c | "$owner"_*.h) ;; *)

@@ -41,8 +41,9 @@ expect_fail "protocol includes store" protocol/frame.c '#include "broker/store/s
 expect_fail "net includes the top" broker/net/session.c '#include "broker/config.h"' 'against the layer order'
 expect_fail "lifecycle outside main" broker/metrics.c '#include "broker/broker.h"' 'only main may'
 expect_fail "private header" broker/locks/lease.c '#include "broker/locks/waitq_int.h"' 'private to'
+expect_fail "past the seam" broker/locks/watchdog.c '#include "broker/store/rpool.h"' 'only its seam'
 expect_fail "missing header" broker/locks/lease.c '#include "broker/locks/nosuch.h"' 'does not exist'
 expect_fail "cycle in a layer" broker/locks/opctx.h '#include "broker/locks/lockops.h"' 'loop'
 
 [ "$fails" -eq 0 ] || exit 1
-echo "deps-check selftest: 8 breaks caught, the untouched tree passes"
+echo "deps-check selftest: 9 breaks caught, the untouched tree passes"

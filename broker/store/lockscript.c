@@ -10,9 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker/base/shared.h"
-#include "broker/store/rpool.h"
 #include "broker/base/log.h"
+#include "broker/base/shared.h"
 
 static void push(lockscript_t *ls, const char *s, size_t len)
 {
@@ -108,8 +107,8 @@ void lockscript_int(lockscript_t *ls, int64_t v)
 
 int lockscript_send(lockscript_t *ls, script_id_t script, store_fn fn, void *priv)
 {
-	int rc = rpool_eval(rpool_route(ls->lock, ls->lock_len), script, ls->nkeys, ls->argc,
-	                    ls->argv, ls->len, fn, priv, ls->retry_until);
+	int rc = store_eval_lock(ls->lock, ls->lock_len, script, ls->nkeys, ls->argc, ls->argv, ls->len,
+	                         fn, priv, ls->retry_until);
 
 	if (ls->argv != ls->argv_inline) {
 		free(ls->argv);

@@ -58,6 +58,14 @@ bool store_replayed(void)
 	return rpool_replayed();
 }
 
+int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int nkeys, int argc,
+                    const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
+                    uint64_t retry_until)
+{
+	return rpool_eval(rpool_route(lock, lock_len), script, nkeys, argc, argv, argvlen, fn, priv,
+	                  retry_until);
+}
+
 int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc,
                    const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
                    uint64_t retry_until)

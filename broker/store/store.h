@@ -2,9 +2,9 @@
  * store.h - the seam between what a lock does (locks/) and where its data
  * lives: Redis. Everything locks/ asks of Redis goes through here:
  *
- *   - "run this script on the keys of lock N": a call built with
- *     lockscript.h (the lock's keys, the context, the arguments) and sent;
- *     the backend picks the connection. Commands of one lock keep their
+ *   - "run this script on the keys of lock N": store_eval_lock, a call
+ *     built with lockscript.h (the lock's keys, the context, the
+ *     arguments); the backend picks the connection. Commands of one lock keep their
  *     order; a repeatable one may be sent again after a lost reply
  *     (retry_until), and store_replayed() says so in its callback.
  *   - "run this script on key K" (a key that is no lock's: a detached
@@ -30,7 +30,11 @@
  *   cluster   a pool per master; a lock's call goes to the master of its
  *             key slot (every key of a lock shares the hash tag {N}), with
  *             MOVED/ASK/TRYAGAIN handled in the backend; wake-ups through
- *             a channel in the lock's own slot; one canary per master.
+ *             a channel in the lock's own slot; one canary per master,
+ *             on_data_loss for each (the check of every lease it starts is
+ *             wider than needed, never narrower). store_up: every slot
+ *             has a reachable master; a per-lock form (is N's master up)
+ *             joins it then, so one master down fails only its locks.
  *   redlock   every call on N independent masters, the reply merged by the
  *             backend (a majority within the validity time, fences as
  *             max + 1); store_up when a majority is.
@@ -77,6 +81,17 @@ size_t store_pending(void);
 /* True while a callback runs for a call that went out more than once
  * because a reply was lost: an earlier copy may have run. */
 bool store_replayed(void);
+
+/* A script on the keys of the lock named lock: argv holds nkeys keys, then
+ * the script's args (all copied; lockscript.h builds them). The backend
+ * picks where it runs: single, the connection that serves the lock's name,
+ * so the calls of one lock keep their order. retry_until: 0, or the moment
+ * until which a call whose reply was lost is sent again (only for calls
+ * the script takes a repeat of as a repeat). Returns 0 when accepted (fn
+ * will run), -1 when not (fn will not). */
+int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int nkeys, int argc,
+                    const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
+                    uint64_t retry_until);
 
 /* A script on one key that is no lock's, with args after the key (copied).
  * retry_until as for a lock's call (lockscript.h). Returns 0 when
