@@ -25,7 +25,7 @@
 #define MAX_CONNS 64
 #define REQUEST_TIMEOUT_MS 5000
 
-_Static_assert(LB_E__COUNT < COUNTERS_NRESULTS, "every error code has an acquire counter");
+_Static_assert(LB_E__COUNT <= COUNTERS_RESULT_OTHER, "every error code has an acquire counter");
 
 /* ---- the text ------------------------------------------------------------- */
 
@@ -97,9 +97,12 @@ static char *render(size_t *len)
 
 	metric(&t, "lockbroker_acquires_total", "counter", "Acquires answered, by result (ok or the error code).");
 	for (int k = 0; k < LB_E__COUNT; k++) {
-		if (k == LB_OK || counters.acquires[k])
+		uint64_t n = counters.acquires[k];
+		if (k == LB_E_INTERNAL) /* a result that is no code counts as internal */
+			n += counters.acquires[COUNTERS_RESULT_OTHER];
+		if (k == LB_OK || n)
 			put(&t, "lockbroker_acquires_total{result=\"%s\"} %llu\n",
-			    k == LB_OK ? "ok" : lb_err_code((lb_err_t)k), (unsigned long long)counters.acquires[k]);
+			    k == LB_OK ? "ok" : lb_err_code((lb_err_t)k), (unsigned long long)n);
 	}
 	metric(&t, "lockbroker_releases_total", "counter", "Leases released (by their holder or their session's end).");
 	put(&t, "lockbroker_releases_total %llu\n", (unsigned long long)server.stats.released_total);

@@ -27,7 +27,7 @@ static void observe(histogram_t *h, const double *bounds, double v)
 void counters_acquire(int result, uint64_t waited_ms)
 {
 	if (result < 0 || result >= COUNTERS_NRESULTS)
-		result = COUNTERS_NRESULTS - 1;
+		result = COUNTERS_RESULT_OTHER;
 	counters.acquires[result]++;
 	observe(&counters.wait, counters_wait_bounds, (double)waited_ms / 1000.0);
 }

@@ -12,6 +12,7 @@
 
 #define COUNTERS_NBOUNDS 12
 #define COUNTERS_NRESULTS 32 /* acquire results: 0 ok, else an error code */
+#define COUNTERS_RESULT_OTHER (COUNTERS_NRESULTS - 1) /* a result out of range */
 #define COUNTERS_NLOST 4
 
 typedef struct histogram {

@@ -82,6 +82,10 @@ lease_t *lease_new(struct client *s, const char *token, const char *lock, size_t
 	l->count = 1;
 	l->watchdog = watchdog;
 	l->client = s;
+	/* Inactive until watchdog_start arms them: lease_free may cancel them
+	 * whenever it runs. */
+	timer_init(&l->tick, NULL);
+	timer_init(&l->max_hold, NULL);
 
 	htab_insert(&by_token, &l->by_token, token_hash(l->token, LEASE_TOKEN_LEN));
 	if (mode != LB_MODE_PERMIT) {

@@ -66,12 +66,29 @@ int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int n
 	                  retry_until);
 }
 
+/* The part of key that picks its connection: its hash tag, the way Redis
+ * Cluster picks a slot (between the first '{' and the next '}', when not
+ * empty), else the whole key. A detached lease's pointer so goes where
+ * its token does. */
+static const char *route_part(const char *key, size_t len, size_t *out_len)
+{
+	const char *open = memchr(key, '{', len);
+	const char *close = open ? memchr(open + 1, '}', len - (size_t)(open + 1 - key)) : NULL;
+
+	if (close && close > open + 1) {
+		*out_len = (size_t)(close - open - 1);
+		return open + 1;
+	}
+	*out_len = len;
+	return key;
+}
+
 int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc,
                    const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
                    uint64_t retry_until)
 {
-	const char *all[8];
-	size_t lens[8];
+	const char *all[8], *part;
+	size_t lens[8], part_len;
 
 	if (argc < 0 || argc > 7)
 		return -1;
@@ -79,6 +96,7 @@ int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc
 	lens[0] = key_len;
 	memcpy(all + 1, argv, (size_t)argc * sizeof(*argv));
 	memcpy(lens + 1, argvlen, (size_t)argc * sizeof(*argvlen));
-	return rpool_eval(rpool_route(key, key_len), script, 1, argc + 1, all, lens, fn, priv,
+	part = route_part(key, key_len, &part_len);
+	return rpool_eval(rpool_route(part, part_len), script, 1, argc + 1, all, lens, fn, priv,
 	                  retry_until);
 }

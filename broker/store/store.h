@@ -93,7 +93,8 @@ int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int n
                     const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
                     uint64_t retry_until);
 
-/* A script on one key that is no lock's, with args after the key (copied).
+/* A script on one key that is no lock's, with args after the key (copied);
+ * the key's hash tag ({...}, as Redis Cluster reads it) picks where it runs.
  * retry_until as for a lock's call (lockscript.h). Returns 0 when
  * accepted (fn will run), -1 when not. */
 int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc,
