@@ -1,17 +1,27 @@
 /*
  * url.c - parsing of listen URLs (tcp://HOST:PORT, unix:///PATH) and Redis
- * URLs (redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], unix:///PATH[?db=N]).
+ * URLs (redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], unix:///PATH[?db=N],
+ * sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME
+ * [?db=N&sentinel_password_file=PATH]).
  *
- * Pure string work, no I/O, no allocation except the Redis password.
+ * Pure string work, no I/O, no allocation except the Redis password and the
+ * sentinel password file's name.
  * Invariants:
  *  - On success the out struct is fully written; on failure a listen_addr_t
- *    is left zeroed and a redis_addr_t is left cleared (password NULL), so
+ *    is left zeroed and a redis_addr_t is left cleared (pointers NULL), so
  *    redis_addr_clear() is always safe.
  *  - Error messages describe what is wrong; they never quote the URL or any
  *    part of its userinfo, so a password cannot leak into a log line.
  *  - Hosts are names ([A-Za-z0-9._-]), IPv4 literals, or IPv6 literals in
  *    brackets (checked with inet_pton, zone ids are not supported); the
  *    brackets are dropped. Schemes match case-insensitively.
+ *  - sentinel://: the authority (userinfo and sentinel list) ends at the
+ *    first '/', and the userinfo at the authority's last '@'. So a password
+ *    may hold a raw '@', as in redis://, but must percent-encode '/' (%2F),
+ *    unlike redis://; the master name and the file name may then hold '@'.
+ *    The master name and the query values are taken as they are (no
+ *    percent-decoding); each query parameter comes at most once, in any
+ *    order.
  */
 #include "broker/base/url.h"
 
@@ -26,6 +36,7 @@
 #include <strings.h>
 
 #define REDIS_DEFAULT_PORT 6379
+#define SENTINEL_PASSWORD_FILE_MAX 4096 /* the config's secret file paths */
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -309,6 +320,144 @@ static int parse_redis_tcp(const char *s, redis_addr_t *out, char *err, size_t e
 	return 0;
 }
 
+/* One element of a sentinel list, len bytes at s; i counts from 0. */
+static int parse_sentinel_addr(const char *s, size_t len, int i, host_port_t *hp,
+			       char *err, size_t errlen)
+{
+	char msg[128];
+	int port;
+
+	if (len == 0)
+		return fail(err, errlen, "sentinel address %d is empty (nothing between commas)", i + 1);
+	if (parse_hostport(s, len, hp->host, &port, 1, msg, sizeof(msg)) < 0)
+		return fail(err, errlen, "sentinel address %d: %s", i + 1, msg);
+	hp->port = port < 0 ? URL_SENTINEL_DEFAULT_PORT : port;
+	return 0;
+}
+
+/* "HOST[:PORT][,HOST[:PORT]...]", len bytes at s. */
+static int parse_sentinel_list(const char *s, size_t len, redis_addr_t *out,
+			       char *err, size_t errlen)
+{
+	const char *end = s + len;
+
+	if (len == 0)
+		return fail(err, errlen, "no sentinel address (sentinel://HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME)");
+	for (const char *p = s;; ) {
+		const char *comma = memchr(p, ',', (size_t)(end - p));
+		const char *eend = comma != NULL ? comma : end;
+
+		if (out->nsentinels == URL_SENTINELS_MAX)
+			return fail(err, errlen, "more than %d sentinel addresses", URL_SENTINELS_MAX);
+		if (parse_sentinel_addr(p, (size_t)(eend - p), out->nsentinels,
+					&out->sentinels[out->nsentinels], err, errlen) < 0)
+			return -1;
+		out->nsentinels++;
+		if (comma == NULL)
+			return 0;
+		p = comma + 1;
+	}
+}
+
+/* The master name, len bytes at s: 1..URL_MASTER_NAME_MAX bytes of printable
+ * ASCII other than space and / ? & # % (taken as is, not percent-decoded). */
+static int parse_master_name(const char *s, size_t len, char *name, char *err, size_t errlen)
+{
+	if (len == 0)
+		return fail(err, errlen, "master name missing (sentinel://HOST[:PORT]/MASTER_NAME)");
+	if (len > URL_MASTER_NAME_MAX)
+		return fail(err, errlen, "master name longer than %d bytes", URL_MASTER_NAME_MAX);
+	for (size_t i = 0; i < len; i++)
+		if (s[i] <= 0x20 || s[i] >= 0x7f || strchr("/?&#%", s[i]) != NULL)
+			return fail(err, errlen, "invalid character in master name (printable ASCII but space / ? & # %%)");
+	memcpy(name, s, len);
+	name[len] = '\0';
+	return 0;
+}
+
+/*
+ * The query of a sentinel URL (after the '?'): "&"-separated KEY=VALUE,
+ * KEY one of db, sentinel_password_file, each at most once, values not
+ * empty. Unknown keys are not quoted: they are part of the URL.
+ */
+static int parse_sentinel_query(const char *q, redis_addr_t *out, char *err, size_t errlen)
+{
+	bool seen_db = false;
+
+	for (const char *p = q;; ) {
+		const char *amp = strchr(p, '&');
+		size_t len = amp != NULL ? (size_t)(amp - p) : strlen(p);
+		const char *eq = memchr(p, '=', len);
+		size_t klen = eq != NULL ? (size_t)(eq - p) : len;
+		const char *v = eq != NULL ? eq + 1 : p + len;
+		size_t vlen = (size_t)(p + len - v);
+
+		if (len == 0)
+			return fail(err, errlen, "empty query parameter (want ?db=N&sentinel_password_file=PATH)");
+		if (klen == 2 && memcmp(p, "db", 2) == 0) {
+			long n;
+			if (seen_db)
+				return fail(err, errlen, "query parameter db given twice");
+			if (vlen == 0)
+				return fail(err, errlen, "query parameter db has no value");
+			if (!parse_uint(v, vlen, INT_MAX, &n))
+				return fail(err, errlen, "invalid db number (want 0..%d)", INT_MAX);
+			out->db = (int)n;
+			seen_db = true;
+		} else if (klen == 22 && memcmp(p, "sentinel_password_file", 22) == 0) {
+			if (out->sentinel_password_file != NULL)
+				return fail(err, errlen, "query parameter sentinel_password_file given twice");
+			if (vlen == 0)
+				return fail(err, errlen, "query parameter sentinel_password_file has no value");
+			if (v[0] != '/')
+				return fail(err, errlen, "sentinel_password_file must be an absolute path");
+			if (vlen > SENTINEL_PASSWORD_FILE_MAX)
+				return fail(err, errlen, "sentinel_password_file longer than %d bytes",
+					    SENTINEL_PASSWORD_FILE_MAX);
+			out->sentinel_password_file = malloc(vlen + 1);
+			if (out->sentinel_password_file == NULL)
+				abort();
+			memcpy(out->sentinel_password_file, v, vlen);
+			out->sentinel_password_file[vlen] = '\0';
+		} else {
+			return fail(err, errlen, "unknown query parameter (want db=N or sentinel_password_file=PATH)");
+		}
+		if (amp == NULL)
+			return 0;
+		p = amp + 1;
+	}
+}
+
+/* After "sentinel://"; see the top comment for where each part ends. */
+static int parse_sentinel(const char *s, redis_addr_t *out, char *err, size_t errlen)
+{
+	const char *slash = strchr(s, '/');
+	size_t alen = slash != NULL ? (size_t)(slash - s) : strlen(s);
+	const char *at = alen > 0 ? memrchr(s, '@', alen) : NULL;
+	const char *list = at != NULL ? at + 1 : s;
+	const char *name, *q;
+
+	if (at != NULL && parse_userinfo(s, (size_t)(at - s), &out->password, err, errlen) < 0)
+		return -1;
+	if (parse_sentinel_list(list, (size_t)(s + alen - list), out, err, errlen) < 0)
+		return -1;
+	if (slash == NULL)
+		return fail(err, errlen, "master name missing (sentinel://HOST[:PORT]/MASTER_NAME)");
+	name = slash + 1;
+	q = strchr(name, '?');
+	if (parse_master_name(name, q != NULL ? (size_t)(q - name) : strlen(name),
+			      out->master_name, err, errlen) < 0)
+		return -1;
+	if (q != NULL) {
+		if (strchr(q, '#') != NULL)
+			return fail(err, errlen, "sentinel URL takes no fragment");
+		if (parse_sentinel_query(q + 1, out, err, errlen) < 0)
+			return -1;
+	}
+	out->kind = URL_SENTINEL;
+	return 0;
+}
+
 int url_parse_redis(const char *url, redis_addr_t *out, char *err, size_t errlen)
 {
 	int rc;
@@ -331,25 +480,35 @@ int url_parse_redis(const char *url, redis_addr_t *out, char *err, size_t errlen
 			 (q == NULL || parse_query(q + 1, &out->db, err, errlen) == 0))
 			rc = 0;
 		out->kind = URL_UNIX;
+	} else if (has_scheme(url, "sentinel://")) {
+		rc = parse_sentinel(url + 11, out, err, errlen);
 	} else if (has_scheme(url, "rediss://")) {
 		rc = fail(err, errlen, "TLS (rediss://) is not supported");
 	} else {
-		rc = fail(err, errlen, "unsupported Redis URL (want redis://[:PASSWORD@]HOST[:PORT][/DB] or unix:///PATH[?db=N])");
+		rc = fail(err, errlen, "unsupported Redis URL (want redis://[:PASSWORD@]HOST[:PORT][/DB], "
+			  "unix:///PATH[?db=N] or sentinel://[:PASSWORD@]HOST[:PORT][,...]/MASTER_NAME[?db=N])");
 	}
 	if (rc < 0)
 		redis_addr_clear(out);
 	return rc;
 }
 
+/* Do not leave a secret in freed heap memory. */
+static void free_secret(char *s)
+{
+	if (s != NULL) {
+		explicit_bzero(s, strlen(s));
+		free(s);
+	}
+}
+
 void redis_addr_clear(redis_addr_t *a)
 {
 	if (a == NULL)
 		return;
-	if (a->password != NULL) {
-		/* Do not leave the secret in freed heap memory. */
-		explicit_bzero(a->password, strlen(a->password));
-		free(a->password);
-	}
+	free_secret(a->password);
+	free_secret(a->sentinel_password);
+	free(a->sentinel_password_file);
 	memset(a, 0, sizeof(*a));
 }
 

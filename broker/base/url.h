@@ -1,7 +1,10 @@
 /*
  * url.h - parsing of the URLs the daemon takes: listen addresses
  * (tcp://HOST:PORT, unix:///PATH) and the Redis address
- * (redis://[:password@]host:port[/db], unix:///PATH[?db=N]).
+ * (redis://[:password@]host:port[/db], unix:///PATH[?db=N], or
+ * sentinel://[:password@]HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME[?db=N&
+ * sentinel_password_file=F]: the sentinels to ask for the master, and the
+ * master's password; url.c's top comment says where each part ends).
  *
  * Pure functions, no I/O. HOST may be a name, an IPv4 address or an IPv6
  * address in brackets ([::1]); the brackets are not kept. Errors are
@@ -15,10 +18,20 @@
 #define URL_HOST_MAX 255
 #define URL_PATH_MAX 107 /* sun_path is 108 bytes with its NUL */
 
+#define URL_SENTINELS_MAX 16
+#define URL_MASTER_NAME_MAX 255
+#define URL_SENTINEL_DEFAULT_PORT 26379
+
 typedef enum url_kind {
 	URL_TCP,
 	URL_UNIX,
+	URL_SENTINEL, /* redis_addr_t only */
 } url_kind_t;
+
+typedef struct host_port {
+	char host[URL_HOST_MAX + 1]; /* a name or an address, brackets dropped */
+	int port;                    /* 1..65535 */
+} host_port_t;
 
 typedef struct listen_addr {
 	url_kind_t kind;
@@ -32,14 +45,26 @@ typedef struct redis_addr {
 	char host[URL_HOST_MAX + 1]; /* URL_TCP; default port 6379 when absent */
 	int port;
 	char path[URL_PATH_MAX + 1]; /* URL_UNIX */
-	char *password;              /* malloc'd, NULL when the URL has none */
+	char *password;              /* malloc'd, NULL when the URL has none; for
+	                              * URL_SENTINEL the master's password */
 	int db;                      /* 0 when absent; 0..INT_MAX */
+	/* URL_SENTINEL: host and port above are unused (the master is asked
+	 * for); the sentinels in the URL's order, default port 26379. */
+	int nsentinels;                          /* 1..URL_SENTINELS_MAX */
+	host_port_t sentinels[URL_SENTINELS_MAX];
+	char master_name[URL_MASTER_NAME_MAX + 1]; /* 1..255 bytes, printable ASCII
+	                                            * but space / ? & # %; as written */
+	char *sentinel_password_file;  /* malloc'd from ?sentinel_password_file=, or
+	                                * NULL; absolute, at most 4096 bytes */
+	char *sentinel_password;       /* malloc'd; resolved by config (file, else env), or NULL */
 } redis_addr_t;
 
 /* Returns 0, or -1 with a message in err. */
 int url_parse_listen(const char *url, listen_addr_t *out, char *err, size_t errlen);
-/* Returns 0, or -1 with a message in err. On success out->password is owned
- * by out: release it with redis_addr_clear(). */
+/* Returns 0, or -1 with a message in err. On success out->password and
+ * out->sentinel_password_file are owned by out: release them with
+ * redis_addr_clear() (which also frees sentinel_password). On failure out
+ * is left cleared. */
 int url_parse_redis(const char *url, redis_addr_t *out, char *err, size_t errlen);
 void redis_addr_clear(redis_addr_t *a);
 

@@ -402,3 +402,237 @@ Test(url, redis_clear_is_idempotent)
 	redis_addr_clear(NULL);
 	cr_expect_null(a.password);
 }
+
+static void expect_sentinel(int i, const char *host, int port)
+{
+	cr_assert_lt(i, R.nsentinels, "sentinel %d missing", i);
+	cr_expect_str_eq(R.sentinels[i].host, host, "sentinel %d", i);
+	cr_expect_eq(R.sentinels[i].port, port, "sentinel %d", i);
+}
+
+Test(url, sentinel_one, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("sentinel://10.0.0.1:26380/mymaster"), 0, "%s", err);
+	cr_expect_eq(R.kind, URL_SENTINEL);
+	cr_expect_eq(R.nsentinels, 1);
+	expect_sentinel(0, "10.0.0.1", 26380);
+	cr_expect_str_eq(R.master_name, "mymaster");
+	cr_expect_eq(R.db, 0);
+	cr_expect_null(R.password);
+	cr_expect_null(R.sentinel_password_file);
+	cr_expect_null(R.sentinel_password, "resolved by config, not by the parser");
+	cr_expect_eq(R.host[0], '\0', "the master's address is asked for, not given");
+	cr_expect_eq(R.port, 0);
+}
+
+Test(url, sentinel_several_in_order_default_port, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("sentinel://s1.example:26379,s2,10.0.0.3:5000,[::1],[2001:db8::7]:1/m"),
+		     0, "%s", err);
+	cr_expect_eq(R.nsentinels, 5);
+	expect_sentinel(0, "s1.example", 26379);
+	expect_sentinel(1, "s2", URL_SENTINEL_DEFAULT_PORT);
+	expect_sentinel(2, "10.0.0.3", 5000);
+	expect_sentinel(3, "::1", 26379);
+	expect_sentinel(4, "2001:db8::7", 1);
+	cr_expect_str_eq(R.master_name, "m");
+}
+
+Test(url, sentinel_max_count, .fini = fini_redis)
+{
+	char url[1024];
+	size_t n = 0;
+
+	n += (size_t)snprintf(url + n, sizeof(url) - n, "sentinel://");
+	for (int i = 0; i < URL_SENTINELS_MAX; i++)
+		n += (size_t)snprintf(url + n, sizeof(url) - n, "%sh%d:%d", i ? "," : "", i, 1000 + i);
+	snprintf(url + n, sizeof(url) - n, "/m");
+	cr_assert_eq(redis_parse(url), 0, "%s", err);
+	cr_expect_eq(R.nsentinels, URL_SENTINELS_MAX);
+	expect_sentinel(URL_SENTINELS_MAX - 1, "h15", 1015);
+
+	snprintf(url + n, sizeof(url) - n, ",h16/m"); /* one more */
+	expect_redis_bad(url);
+	cr_expect_not_null(strstr(err, "more than 16"), "%s", err);
+	cr_expect_eq(R.nsentinels, 0, "cleared after the failure");
+}
+
+Test(url, sentinel_password_db_and_file, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("sentinel://:m%40ster@s1,s2:1/mymaster?db=3&sentinel_password_file=/etc/lb/sentinel.pw"),
+		     0, "%s", err);
+	cr_assert_not_null(R.password);
+	cr_expect_str_eq(R.password, "m@ster", "percent-decoded like redis://");
+	cr_expect_eq(R.nsentinels, 2);
+	cr_expect_str_eq(R.master_name, "mymaster");
+	cr_expect_eq(R.db, 3);
+	cr_assert_not_null(R.sentinel_password_file);
+	cr_expect_str_eq(R.sentinel_password_file, "/etc/lb/sentinel.pw");
+
+	cr_assert_eq(redis_parse("sentinel://default:pw@s/m?sentinel_password_file=/p&db=2147483647"), 0, "%s", err);
+	cr_expect_str_eq(R.password, "pw");
+	cr_expect_str_eq(R.sentinel_password_file, "/p", "any order");
+	cr_expect_eq(R.db, INT_MAX);
+
+	cr_assert_eq(redis_parse("sentinel://:a@b@s/m"), 0, "%s", err);
+	cr_expect_str_eq(R.password, "a@b", "a raw '@' is tolerated: the authority's last one ends the userinfo");
+	expect_sentinel(0, "s", 26379);
+
+	cr_assert_eq(redis_parse("sentinel://:a%2Fb@s/m@x?sentinel_password_file=/run/a@b c/%41"), 0, "%s", err);
+	cr_expect_str_eq(R.password, "a/b");
+	cr_expect_str_eq(R.master_name, "m@x", "the authority ends at the first '/'");
+	cr_expect_str_eq(R.sentinel_password_file, "/run/a@b c/%41", "taken as is, not decoded");
+
+	cr_assert_eq(redis_parse("sentinel://:@s/m"), 0, "%s", err);
+	cr_expect_null(R.password, "an empty password means none");
+	cr_assert_eq(redis_parse("sentinel://@s/m"), 0, "%s", err);
+	cr_expect_null(R.password);
+}
+
+Test(url, sentinel_master_name_rules, .fini = fini_redis)
+{
+	char url[600], name[URL_MASTER_NAME_MAX + 2];
+
+	cr_assert_eq(redis_parse("sentinel://s/My-master_1.x:y@z!~*()[]{}$'+;=,"), 0, "%s", err);
+	cr_expect_str_eq(R.master_name, "My-master_1.x:y@z!~*()[]{}$'+;=,");
+
+	memset(name, 'n', sizeof(name));
+	name[URL_MASTER_NAME_MAX] = '\0';
+	snprintf(url, sizeof(url), "sentinel://s/%s", name);
+	cr_assert_eq(redis_parse(url), 0, "%s", err);
+	cr_expect_eq(strlen(R.master_name), (size_t)URL_MASTER_NAME_MAX);
+	name[URL_MASTER_NAME_MAX] = 'n';
+	name[URL_MASTER_NAME_MAX + 1] = '\0';
+	snprintf(url, sizeof(url), "sentinel://:hunter2@s/%s", name);
+	expect_redis_bad(url);
+	cr_expect_not_null(strstr(err, "master name"), "%s", err);
+}
+
+Test(url, sentinel_scheme_case_insensitive, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("SENTINEL://s/m"), 0, "%s", err);
+	cr_expect_eq(R.kind, URL_SENTINEL);
+	cr_assert_eq(redis_parse("Sentinel://s:1/m"), 0, "%s", err);
+	expect_sentinel(0, "s", 1);
+}
+
+Test(url, sentinel_file_path_length, .fini = fini_redis)
+{
+	static char url[5000], path[4098];
+
+	memset(path, 'p', sizeof(path));
+	path[0] = '/';
+	path[4096] = '\0';
+	snprintf(url, sizeof(url), "sentinel://:hunter2@s/m?sentinel_password_file=%s", path);
+	cr_assert_eq(redis_parse(url), 0, "%s", err);
+	cr_expect_eq(strlen(R.sentinel_password_file), 4096);
+	path[4096] = 'p';
+	path[4097] = '\0';
+	snprintf(url, sizeof(url), "sentinel://:hunter2@s/m?sentinel_password_file=%s", path);
+	expect_redis_bad(url);
+	cr_expect_not_null(strstr(err, "4096"), "%s", err);
+	cr_expect_null(R.sentinel_password_file);
+}
+
+/* Each bad URL with the part of the message that says why. */
+Test(url, sentinel_rejects, .fini = fini_redis)
+{
+	static const char *const bad[][2] = {
+		{"sentinel://", "no sentinel"},
+		{"sentinel://:hunter2@", "no sentinel"},
+		{"sentinel:///m", "no sentinel"},
+		{"sentinel://:hunter2@/m", "no sentinel"},
+		{"sentinel://s", "master name missing"},
+		{"sentinel://:hunter2@s:26379", "master name missing"},
+		{"sentinel://s/", "master name missing"},
+		{"sentinel://:hunter2@s/?db=1", "master name missing"},
+		{"sentinel://s?db=1/m", "invalid character in host"},
+		{"sentinel://s1,,s2/m", "sentinel address 2 is empty"},
+		{"sentinel://,s/m", "sentinel address 1 is empty"},
+		{"sentinel://s,/m", "sentinel address 2 is empty"},
+		{"sentinel://:hunter2@s1,:26379/m", "sentinel address 2: host missing"},
+		{"sentinel://s:0/m", "invalid port"},
+		{"sentinel://s:65536/m", "invalid port"},
+		{"sentinel://s:/m", "invalid port"},
+		{"sentinel://s:x/m", "invalid port"},
+		{"sentinel://s1,s2:-1/m", "sentinel address 2: invalid port"},
+		{"sentinel://:hunter2@s:99999/m", "invalid port"},
+		{"sentinel://::1/m", "brackets"},
+		{"sentinel://[::1/m", "closing"},
+		{"sentinel://[nope]/m", "IPv6"},
+		{"sentinel://s s/m", "invalid character in host"},
+		{"sentinel://s/a/b", "invalid character in master name"},
+		{"sentinel://s/a b", "invalid character in master name"},
+		{"sentinel://s/a%20b", "invalid character in master name"},
+		{"sentinel://s/a&b", "invalid character in master name"},
+		{"sentinel://s/a#b", "invalid character in master name"},
+		{"sentinel://s/a\tb", "invalid character in master name"},
+		{"sentinel://s/a\x7f", "invalid character in master name"},
+		{"sentinel://s/a\xc3\xa9", "invalid character in master name"},
+		{"sentinel://:hunter2@s/m?", "empty query parameter"},
+		{"sentinel://s/m?db=1&", "empty query parameter"},
+		{"sentinel://s/m?&db=1", "empty query parameter"},
+		{"sentinel://s/m?db=", "db has no value"},
+		{"sentinel://s/m?db", "db has no value"},
+		{"sentinel://s/m?db=x", "invalid db"},
+		{"sentinel://s/m?db=-1", "invalid db"},
+		{"sentinel://s/m?db=2147483648", "invalid db"},
+		{"sentinel://s/m?db=1&db=1", "db given twice"},
+		{"sentinel://:hunter2@s/m?sentinel_password_file=", "has no value"},
+		{"sentinel://s/m?sentinel_password_file", "has no value"},
+		{"sentinel://s/m?sentinel_password_file=rel/pw", "absolute"},
+		{"sentinel://s/m?sentinel_password_file=/a&sentinel_password_file=/a", "given twice"},
+		{"sentinel://s/m?password=hunter2", "unknown query parameter"},
+		{"sentinel://s/m?DB=1", "unknown query parameter"},
+		{"sentinel://s/m?db=1&x=hunter2", "unknown query parameter"},
+		{"sentinel://s/m?db=1#x", "no fragment"},
+		{"sentinel://alice:hunter2@s/m", "ACL user"},
+		{"sentinel://hunter2@s/m", "userinfo"},
+		{"sentinel://:hunter2%zz@s/m", "percent-encoding"},
+		{"sentinel://:hunter2%00@s/m", "percent-encoding"},
+		{"sentinel://:hunter2/x@s/m", "host"}, /* a raw '/' ends the authority: encode it */
+		{"sentinels://s/m", "unsupported"},
+		{"sentinel:/s/m", "unsupported"},
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		expect_redis_bad(bad[i][0]);
+		cr_expect_not_null(strstr(err, bad[i][1]), "message for '%s' lacks '%s': %s",
+				   bad[i][0], bad[i][1], err);
+		cr_expect_null(R.sentinel_password_file, "file kept after failure of '%s'", bad[i][0]);
+		cr_expect_eq(R.nsentinels, 0, "sentinels kept after failure of '%s'", bad[i][0]);
+	}
+}
+
+Test(url, sentinel_failure_after_allocations_frees_them)
+{
+	redis_addr_t a;
+
+	/* the password and the file name are allocated before the last check fails */
+	memset(&a, 0x5a, sizeof(a));
+	cr_assert_eq(url_parse_redis("sentinel://:hunter2@s/m?sentinel_password_file=/p&db=x", &a, err,
+				     sizeof(err)), -1);
+	cr_expect_null(a.password);
+	cr_expect_null(a.sentinel_password_file);
+	cr_expect_null(a.sentinel_password);
+	cr_expect_eq(a.nsentinels, 0);
+	cr_expect_eq(a.master_name[0], '\0');
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+	redis_addr_clear(&a);
+}
+
+Test(url, sentinel_clear_frees_everything)
+{
+	redis_addr_t a;
+
+	cr_assert_eq(url_parse_redis("sentinel://:pw@s/m?sentinel_password_file=/p", &a, err, sizeof(err)), 0,
+		     "%s", err);
+	a.sentinel_password = strdup("spw"); /* as config would set it */
+	cr_assert_not_null(a.sentinel_password);
+	redis_addr_clear(&a); /* ASan reports a leak otherwise */
+	cr_expect_null(a.password);
+	cr_expect_null(a.sentinel_password);
+	cr_expect_null(a.sentinel_password_file);
+	cr_expect_eq(a.nsentinels, 0);
+	redis_addr_clear(&a);
+}
