@@ -10,11 +10,14 @@
  *   2. apply the config file, if any;
  *   3. apply the flags other than --config, left to right (last one wins;
  *      the first --listen replaces the list, later ones append).
- * Secrets are resolved last: the Redis password is the URL's, else the
- * --redis-password-file content, else $LOCKBROKER_REDIS_PASSWORD; the
- * auth secret is the --auth-file content. A secret file's content loses
- * exactly one trailing "\n" or "\r\n", must then be non-empty, hold no NUL
- * and be at most SECRET_MAX bytes.
+ * Secrets are resolved last: the Redis password (for a sentinel:// URL the
+ * master's) is the URL's, else the --redis-password-file content, else
+ * $LOCKBROKER_REDIS_PASSWORD; for a sentinel:// URL the sentinels' password
+ * is the content of the URL's ?sentinel_password_file=, else
+ * $LOCKBROKER_SENTINEL_PASSWORD, else none; the auth secret is the
+ * --auth-file content. An empty variable counts as unset. A secret file's
+ * content loses exactly one trailing "\n" or "\r\n", must then be
+ * non-empty, hold no NUL and be at most SECRET_MAX bytes.
  *
  * Ownership: every string in lb_config_t is owned by it. Whatever
  * config_load returns, the caller may (and should) call config_free(); on
@@ -43,12 +46,15 @@
 #define SECRET_MAX 4096
 #define PREFIX_MAX 64
 #define ENV_REDIS_PASSWORD "LOCKBROKER_REDIS_PASSWORD"
+#define ENV_SENTINEL_PASSWORD "LOCKBROKER_SENTINEL_PASSWORD"
 
 enum opt_id {
 	OPT_CONFIG,
 	OPT_LISTEN,
 	OPT_REDIS,
 	OPT_REDIS_PASSWORD_FILE,
+	OPT_REDIS_WAIT_REPLICAS,
+	OPT_REDIS_WAIT_MS,
 	OPT_PREFIX,
 	OPT_DEFAULT_TTL_MS,
 	OPT_AUTH_FILE,
@@ -95,12 +101,24 @@ static const struct option_def options[] = {
 	 "first one replaces the default list (default:\n"
 	 CONFIG_DEFAULT_TCP " and\n" CONFIG_DEFAULT_UNIX ")"},
 	{"redis", OPT_REDIS, T_STRING, true, 0, 0, "URL",
-	 "redis://[:PASSWORD@]HOST[:PORT][/DB] or\n"
-	 "unix:///PATH[?db=N]\n"
+	 "redis://[:PASSWORD@]HOST[:PORT][/DB],\n"
+	 "unix:///PATH[?db=N], or Redis Sentinel:\n"
+	 "sentinel://[:PASSWORD@]HOST[:PORT][,...]\n"
+	 "/MASTER_NAME[?db=N&sentinel_password_file=FILE]\n"
+	 "(sentinels' default port 26379; PASSWORD is the\n"
+	 "master's, FILE holds the sentinels')\n"
 	 "(default: " CONFIG_DEFAULT_REDIS ")"},
 	{"redis-password-file", OPT_REDIS_PASSWORD_FILE, T_STRING, true, 0, 0, "FILE",
 	 "file holding the Redis password, used when the\n"
 	 "URL has none (default: none)"},
+	{"redis-wait-replicas", OPT_REDIS_WAIT_REPLICAS, T_INT, true, 0, 16, "N",
+	 "after a grant or an extend, wait until N\n"
+	 "replicas acknowledged it (WAIT N T); fewer: the\n"
+	 "grant is undone and answered unavailable;\n"
+	 "0..16 (default: 0, off)"},
+	{"redis-wait-ms", OPT_REDIS_WAIT_MS, T_INT, true, 1, 10000, "T",
+	 "how long that WAIT may take, in ms, 1..10000\n"
+	 "(default: 500)"},
 	{"prefix", OPT_PREFIX, T_STRING, true, 0, 0, "STR",
 	 "key prefix in Redis, 1..64 bytes, no '{' or '}'\n"
 	 "(default: lb:)"},
@@ -289,6 +307,8 @@ static int set_int(struct loader *l, const struct option_def *o, int64_t v, cons
 			    (long long)o->min, (long long)o->max);
 	switch (o->id) {
 	case OPT_DEFAULT_TTL_MS: cfg->default_ttl_ms = v; break;
+	case OPT_REDIS_WAIT_REPLICAS: cfg->redis_wait_replicas = (int)v; break;
+	case OPT_REDIS_WAIT_MS: cfg->redis_wait_ms = v; break;
 	case OPT_POOL: cfg->pool = (int)v; break;
 	case OPT_MAX_LINE: cfg->max_line = (size_t)v; break;
 	case OPT_SHUTDOWN_GRACE_MS: cfg->shutdown_grace_ms = v; break;
@@ -524,23 +544,39 @@ bad:
 	return CONFIG_ERROR;
 }
 
+/* A secret from the environment variable name into *out, unless it is unset
+ * or empty. The message names the variable, never its value. */
+static int env_secret(struct loader *l, const char *name, char **out)
+{
+	const char *env = getenv(name);
+
+	if (env == NULL || *env == '\0')
+		return 0;
+	if (strlen(env) > SECRET_MAX)
+		return fail(l, "$%s: longer than %d bytes", name, SECRET_MAX);
+	*out = xstrdup(env);
+	return 0;
+}
+
 static int resolve_secrets(struct loader *l)
 {
-	lb_config_t *cfg = l->cfg;
+	redis_addr_t *r = &l->cfg->redis;
 
-	if (l->auth_file != NULL && read_secret(l, "auth file", l->auth_file, &cfg->auth_secret) < 0)
+	if (l->auth_file != NULL && read_secret(l, "auth file", l->auth_file, &l->cfg->auth_secret) < 0)
 		return CONFIG_ERROR;
-	if (cfg->redis.password != NULL)
-		return 0;
-	if (l->password_file != NULL)
-		return read_secret(l, "redis password file", l->password_file, &cfg->redis.password);
-	const char *env = getenv(ENV_REDIS_PASSWORD);
-	if (env != NULL && *env != '\0') {
-		if (strlen(env) > SECRET_MAX)
-			return fail(l, "$%s: longer than %d bytes", ENV_REDIS_PASSWORD, SECRET_MAX);
-		cfg->redis.password = xstrdup(env);
+	if (r->password == NULL) {
+		int rc = l->password_file != NULL
+				 ? read_secret(l, "redis password file", l->password_file, &r->password)
+				 : env_secret(l, ENV_REDIS_PASSWORD, &r->password);
+		if (rc < 0)
+			return rc;
 	}
-	return 0;
+	if (r->kind != URL_SENTINEL)
+		return 0;
+	if (r->sentinel_password_file != NULL)
+		return read_secret(l, "sentinel password file", r->sentinel_password_file,
+				   &r->sentinel_password);
+	return env_secret(l, ENV_SENTINEL_PASSWORD, &r->sentinel_password);
 }
 
 static void set_defaults(lb_config_t *cfg)
@@ -555,6 +591,8 @@ static void set_defaults(lb_config_t *cfg)
 	cfg->nlisten = 2;
 	cfg->prefix = xstrdup("lb:");
 	cfg->default_ttl_ms = 30000;
+	cfg->redis_wait_replicas = 0;
+	cfg->redis_wait_ms = 500;
 	cfg->auth_secret = NULL;
 	cfg->socket_mode = 0660;
 	cfg->pool = 4;
@@ -594,7 +632,10 @@ static void print_usage(FILE *out)
 	}
 	fputs("\nEnvironment:\n"
 	      "  " ENV_REDIS_PASSWORD "    the Redis password when neither the\n"
-	      "                               URL nor --redis-password-file gives one\n",
+	      "                               URL nor --redis-password-file gives one\n"
+	      "  " ENV_SENTINEL_PASSWORD " the Redis Sentinel password when a\n"
+	      "                               sentinel:// URL has no\n"
+	      "                               sentinel_password_file\n",
 	      out);
 }
 

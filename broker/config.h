@@ -4,8 +4,8 @@
  * contract (DESIGN.md "Running it"); the config file uses the same names
  * without the leading dashes, with "listen" an array of URLs or one string.
  *
- * Secrets (the auth secret, the Redis password) are read from their files
- * here and never printed. Everything in the struct is owned by it; free with
+ * Secrets (the auth secret, the Redis password, the Redis Sentinel password)
+ * are read from their files here and never printed. Everything in the struct is owned by it; free with
  * config_free().
  */
 #ifndef LB_BROKER_CONFIG_H
@@ -26,8 +26,9 @@ enum {
 /*
  * Fills cfg from defaults, then the --config file if one is named, then the
  * flags. Reads --auth-file and --redis-password-file (also the env variable
- * LOCKBROKER_REDIS_PASSWORD when no other password is given). argv is not
- * modified. Returns CONFIG_OK, CONFIG_EXIT or CONFIG_ERROR.
+ * LOCKBROKER_REDIS_PASSWORD when no other password is given) and, for a
+ * sentinel:// URL, its sentinel_password_file (else the env variable
+ * LOCKBROKER_SENTINEL_PASSWORD). argv is not modified. Returns CONFIG_OK, CONFIG_EXIT or CONFIG_ERROR.
  */
 int config_load(lb_config_t *cfg, int argc, char **argv, char *err, size_t errlen);
 void config_free(lb_config_t *cfg);
@@ -37,8 +38,8 @@ void config_free(lb_config_t *cfg);
  * restart (log level, default TTL, auth secret, shutdown grace, max-line for
  * new connections, the bounds), taken from `fresh` (a config_load of the same
  * argv). The names of changed settings that need a restart (listen, redis,
- * prefix, pool, socket-mode) go to `restart`, space separated; they are not
- * applied. `fresh` must still be freed with config_free.
+ * redis-wait-replicas, redis-wait-ms, prefix, pool, socket-mode, metrics) go
+ * to `restart`, space separated; they are not applied. `fresh` must still be freed with config_free.
  */
 void config_apply_reload(lb_config_t *live, lb_config_t *fresh, char *restart, size_t restartlen);
 /* "debug" -> LOG_DEBUG etc.; -1 when unknown. */

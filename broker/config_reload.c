@@ -2,8 +2,9 @@
  * config_reload.c - SIGHUP: which settings a reloaded config may change in
  * the running broker, and which ones only a restart can (see config.h).
  * Settings that need a restart are named, not applied: the listeners, the
- * Redis address, the key prefix and the pool are what the broker was
- * started with, and stay so.
+ * Redis address (sentinels, master name and passwords included), the
+ * replication wait (redis-wait-replicas, redis-wait-ms), the key prefix and
+ * the pool are what the broker was started with, and stay so.
  */
 #include "broker/config.h"
 
@@ -25,14 +26,33 @@ static bool same_listen(const lb_config_t *a, const lb_config_t *b)
 	return true;
 }
 
+/* Both NULL, or the same string. */
+static bool same_opt_string(const char *a, const char *b)
+{
+	if (a == NULL || b == NULL)
+		return a == b;
+	return strcmp(a, b) == 0;
+}
+
+/* Whether two Redis addresses would connect the same way: the same place
+ * (for sentinel:// the same sentinels in the same order and the same master
+ * name), db and passwords. The sentinel password file's name is not
+ * compared, its content is. */
 static bool same_redis(const redis_addr_t *a, const redis_addr_t *b)
 {
 	if (a->kind != b->kind || a->port != b->port || a->db != b->db || strcmp(a->host, b->host) != 0 ||
 	    strcmp(a->path, b->path) != 0)
 		return false;
-	if ((a->password == NULL) != (b->password == NULL))
+	if (!same_opt_string(a->password, b->password) ||
+	    !same_opt_string(a->sentinel_password, b->sentinel_password))
 		return false;
-	return a->password == NULL || strcmp(a->password, b->password) == 0;
+	if (a->nsentinels != b->nsentinels || strcmp(a->master_name, b->master_name) != 0)
+		return false;
+	for (int k = 0; k < a->nsentinels; k++)
+		if (a->sentinels[k].port != b->sentinels[k].port ||
+		    strcmp(a->sentinels[k].host, b->sentinels[k].host) != 0)
+			return false;
+	return true;
 }
 
 void config_apply_reload(lb_config_t *live, lb_config_t *fresh, char *restart, size_t restartlen)
@@ -51,6 +71,8 @@ void config_apply_reload(lb_config_t *live, lb_config_t *fresh, char *restart, s
 	} while (0)
 	NEEDS_RESTART(!same_listen(live, fresh), "listen");
 	NEEDS_RESTART(!same_redis(&live->redis, &fresh->redis), "redis");
+	NEEDS_RESTART(live->redis_wait_replicas != fresh->redis_wait_replicas, "redis-wait-replicas");
+	NEEDS_RESTART(live->redis_wait_ms != fresh->redis_wait_ms, "redis-wait-ms");
 	NEEDS_RESTART(strcmp(live->prefix, fresh->prefix) != 0, "prefix");
 	NEEDS_RESTART(live->pool != fresh->pool, "pool");
 	NEEDS_RESTART(live->socket_mode != fresh->socket_mode, "socket-mode");

@@ -22,7 +22,13 @@
 typedef struct lb_config {
 	listen_addr_t listen[CONFIG_MAX_LISTEN];
 	size_t nlisten;
-	redis_addr_t redis;        /* password resolved: URL, else file, else env */
+	redis_addr_t redis;        /* password resolved: URL, else file, else env;
+	                            * sentinel:// also sentinel_password: its file,
+	                            * else env, else NULL */
+	int redis_wait_replicas;   /* 0..16, default 0 (off): after a grant or an
+	                            * extend, WAIT for this many replicas; fewer
+	                            * acks undo the grant (answered unavailable) */
+	int64_t redis_wait_ms;     /* 1..10000, default 500: WAIT's timeout */
 	char *prefix;              /* default "lb:"; 1..64 bytes, no control chars */
 	int64_t default_ttl_ms;    /* 100..86400000, default 30000 */
 	char *auth_secret;         /* NULL: no auth; the file's content without one trailing \n or \r\n */

@@ -1,8 +1,10 @@
 /*
  * test_config.c - defaults, flags in both forms, the JSON config file and
  * its override by flags, listen list replacement, strict numbers, secret
- * files and the Redis password precedence, and that no message leaks a
- * secret. Every test works in its own mkdtemp directory, removed in .fini.
+ * files and the Redis password precedence, the Sentinel URL and its
+ * password, the replication wait flags, what a reload must restart for,
+ * and that no message leaks a secret. Every test works in its own mkdtemp
+ * directory, removed in .fini.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -17,6 +19,7 @@
 
 static char dir[64];
 static lb_config_t C;
+static lb_config_t F; /* the fresh config of a reload */
 static char err[512];
 
 static void setup(void)
@@ -24,7 +27,9 @@ static void setup(void)
 	strcpy(dir, "/tmp/lb_test_config.XXXXXX");
 	cr_assert_not_null(mkdtemp(dir));
 	unsetenv("LOCKBROKER_REDIS_PASSWORD");
+	unsetenv("LOCKBROKER_SENTINEL_PASSWORD");
 	memset(&C, 0, sizeof(C));
+	memset(&F, 0, sizeof(F));
 }
 
 static void teardown(void)
@@ -34,6 +39,7 @@ static void teardown(void)
 	char p[512];
 
 	config_free(&C);
+	config_free(&F);
 	if (d == NULL)
 		return;
 	while ((e = readdir(d)) != NULL) {
@@ -70,8 +76,9 @@ static const char *write_str(const char *name, const char *data)
 	return write_file(name, data, strlen(data));
 }
 
-/* Runs config_load on {"lockbrokerd", args..., NULL} (args NULL-terminated). */
-static int load_v(const char *const *args)
+/* Runs config_load into cfg on {"lockbrokerd", args..., NULL} (args
+ * NULL-terminated). */
+static int load_into(lb_config_t *cfg, const char *const *args)
 {
 	char *argv[64];
 	int argc = 0;
@@ -83,12 +90,17 @@ static int load_v(const char *const *args)
 		argv[argc++] = strdup(*args);
 	}
 	argv[argc] = NULL;
-	config_free(&C);
+	config_free(cfg);
 	err[0] = '\0';
-	rc = config_load(&C, argc, argv, err, sizeof(err));
+	rc = config_load(cfg, argc, argv, err, sizeof(err));
 	for (int i = 0; i < argc; i++)
 		free(argv[i]);
 	return rc;
+}
+
+static int load_v(const char *const *args)
+{
+	return load_into(&C, args);
 }
 
 #define LOAD(...) load_v((const char *const[]){__VA_ARGS__, NULL})
@@ -155,6 +167,9 @@ Test(config, defaults)
 	cr_expect_eq(C.max_connections, 10000);
 	cr_expect_eq(C.max_leases_per_session, 10000);
 	cr_expect_eq(C.max_inflight, 1024);
+	cr_expect_eq(C.redis_wait_replicas, 0, "off by default");
+	cr_expect_eq(C.redis_wait_ms, 500);
+	cr_expect_null(C.redis.sentinel_password);
 }
 
 static void expect_flag_values(void)
@@ -494,7 +509,8 @@ Test(config, help_lists_every_flag)
 		"--prefix STR", "--default-ttl-ms N", "--auth-file FILE", "--socket-mode OCTAL",
 		"--pool N", "--max-line N", "--log-level LEVEL", "--shutdown-grace-ms N",
 		"--max-connections N", "--max-leases-per-session N", "--max-inflight N",
-		"--version", "--help", "LOCKBROKER_REDIS_PASSWORD",
+		"--redis-wait-replicas N", "--redis-wait-ms T", "sentinel://",
+		"--version", "--help", "LOCKBROKER_REDIS_PASSWORD", "LOCKBROKER_SENTINEL_PASSWORD",
 	};
 	static char out[16384];
 	static const lb_config_t zero;
@@ -700,4 +716,268 @@ Test(config, null_error_buffer_is_fine)
 
 	cr_expect_eq(config_load(&C, 2, argv, NULL, 0), CONFIG_ERROR);
 	cr_expect_eq(config_load(&C, 1, argv, NULL, 0), CONFIG_OK);
+}
+
+Test(config, sentinel_url)
+{
+	cr_assert_eq(LOAD("--redis", "sentinel://s1,[::1]:26380/mymaster?db=2"), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.redis.kind, URL_SENTINEL);
+	cr_assert_eq(C.redis.nsentinels, 2);
+	cr_expect_str_eq(C.redis.sentinels[0].host, "s1");
+	cr_expect_eq(C.redis.sentinels[0].port, 26379);
+	cr_expect_str_eq(C.redis.sentinels[1].host, "::1");
+	cr_expect_eq(C.redis.sentinels[1].port, 26380);
+	cr_expect_str_eq(C.redis.master_name, "mymaster");
+	cr_expect_eq(C.redis.db, 2);
+	cr_expect_null(C.redis.password);
+	cr_expect_null(C.redis.sentinel_password, "no file, no variable: none");
+
+	cr_assert_eq(LOAD("--config", write_str("c.json", "{\"redis\": \"sentinel://s/m\"}")), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.redis.kind, URL_SENTINEL);
+	cr_expect_str_eq(C.redis.master_name, "m");
+}
+
+Test(config, sentinel_master_password_precedence)
+{
+	const char *pwfile = write_str("pw", "from-file\n");
+
+	setenv("LOCKBROKER_REDIS_PASSWORD", "from-env", 1);
+	setenv("LOCKBROKER_SENTINEL_PASSWORD", "sentinel-env", 1);
+	cr_assert_eq(LOAD("--redis", "sentinel://:from-url@s/m", "--redis-password-file", pwfile), CONFIG_OK,
+		     "%s", err);
+	cr_expect_str_eq(C.redis.password, "from-url");
+	cr_assert_eq(LOAD("--redis", "sentinel://s/m", "--redis-password-file", pwfile), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.password, "from-file");
+	cr_assert_eq(LOAD("--redis", "sentinel://s/m"), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.password, "from-env");
+	cr_expect_str_eq(C.redis.sentinel_password, "sentinel-env", "the two secrets stay apart");
+}
+
+Test(config, sentinel_password_from_file)
+{
+	const char *sf = write_str("spw", "sentinel-secret\r\n");
+	char url[512];
+
+	setenv("LOCKBROKER_SENTINEL_PASSWORD", "from-env", 1);
+	snprintf(url, sizeof(url), "sentinel://:master@s/m?sentinel_password_file=%s", sf);
+	cr_assert_eq(LOAD("--redis", url), CONFIG_OK, "%s", err);
+	cr_assert_not_null(C.redis.sentinel_password);
+	cr_expect_str_eq(C.redis.sentinel_password, "sentinel-secret", "the file wins over the variable");
+	cr_expect_str_eq(C.redis.password, "master");
+	cr_expect_str_eq(C.redis.sentinel_password_file, sf);
+}
+
+Test(config, sentinel_password_from_env)
+{
+	setenv("LOCKBROKER_SENTINEL_PASSWORD", "from-env", 1);
+	cr_assert_eq(LOAD("--redis", "sentinel://s/m"), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.sentinel_password, "from-env");
+	cr_expect_null(C.redis.password);
+
+	cr_assert_eq(LOAD("--redis", "redis://h"), CONFIG_OK, "%s", err);
+	cr_expect_null(C.redis.sentinel_password, "only a sentinel:// URL takes it");
+	cr_assert_eq(LOAD0(), CONFIG_OK, "%s", err);
+	cr_expect_null(C.redis.sentinel_password);
+
+	setenv("LOCKBROKER_SENTINEL_PASSWORD", "", 1);
+	cr_assert_eq(LOAD("--redis", "sentinel://s/m"), CONFIG_OK, "%s", err);
+	cr_expect_null(C.redis.sentinel_password, "an empty variable means no password");
+}
+
+Test(config, sentinel_password_env_too_long)
+{
+	char big[4098];
+
+	memset(big, 'h', sizeof(big));
+	memcpy(big, "hunter2", 7);
+	big[4096] = '\0';
+	setenv("LOCKBROKER_SENTINEL_PASSWORD", big, 1);
+	cr_assert_eq(LOAD("--redis", "sentinel://s/m"), CONFIG_OK, "%s", err);
+	cr_expect_eq(strlen(C.redis.sentinel_password), 4096);
+	big[4096] = 'h';
+	big[4097] = '\0';
+	setenv("LOCKBROKER_SENTINEL_PASSWORD", big, 1);
+	expect_error(LOAD("--redis", "sentinel://s/m"), "LOCKBROKER_SENTINEL_PASSWORD");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+}
+
+/* The sentinel password file is read like the other secret files. */
+Test(config, sentinel_password_file_errors)
+{
+	char url[512], big[4098];
+
+	setenv("LOCKBROKER_SENTINEL_PASSWORD", "from-env", 1); /* never a fallback for a bad file */
+	expect_error(LOAD("--redis", "sentinel://s/m?sentinel_password_file=/nonexistent/spw"), "/nonexistent/spw");
+	cr_expect_not_null(strstr(err, "sentinel password file"), "%s", err);
+
+	snprintf(url, sizeof(url), "sentinel://s/m?sentinel_password_file=%s", write_str("e", "\n"));
+	expect_error(LOAD("--redis", url), "empty");
+
+	snprintf(url, sizeof(url), "sentinel://s/m?sentinel_password_file=%s", write_file("nul", "hunter2\0x", 9));
+	expect_error(LOAD("--redis", url), "NUL");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+
+	memset(big, 'h', sizeof(big));
+	memcpy(big, "hunter2", 7);
+	snprintf(url, sizeof(url), "sentinel://s/m?sentinel_password_file=%s", write_file("big", big, 4097));
+	expect_error(LOAD("--redis", url), "4096");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+
+	snprintf(url, sizeof(url), "sentinel://s/m?sentinel_password_file=%s", dir);
+	expect_error(LOAD("--redis", url), dir);
+
+	expect_error(LOAD("--redis", "sentinel://s/m?sentinel_password_file=spw"), "absolute");
+}
+
+Test(config, sentinel_errors_never_show_the_password)
+{
+	static const char *const bad[] = {
+		"sentinel://:hunter2@s:0/m",
+		"sentinel://:hunter2@s,,t/m",
+		"sentinel://:hunter2@s",
+		"sentinel://:hunter2@s/m?db=1&db=2",
+		"sentinel://:hunter2@s/m?hunter2=1",
+		"sentinel://alice:hunter2@s/m",
+		"sentinel://s/hunter2?x=1",
+	};
+	char json[256];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		expect_error(LOAD("--redis", bad[i]), "--redis");
+		cr_expect_null(strstr(err, "hunter2"), "%s", err);
+		snprintf(json, sizeof(json), "{\"redis\": \"%s\"}", bad[i]);
+		expect_error(LOAD("--config", write_str("r.json", json)), "\"redis\"");
+		cr_expect_null(strstr(err, "hunter2"), "%s", err);
+	}
+}
+
+Test(config, redis_wait_flags)
+{
+	cr_assert_eq(LOAD("--redis-wait-replicas", "2", "--redis-wait-ms=250"), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.redis_wait_replicas, 2);
+	cr_expect_eq(C.redis_wait_ms, 250);
+
+	cr_assert_eq(LOAD("--redis-wait-replicas", "0", "--redis-wait-ms", "1"), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.redis_wait_replicas, 0);
+	cr_expect_eq(C.redis_wait_ms, 1);
+	cr_assert_eq(LOAD("--redis-wait-replicas", "16", "--redis-wait-ms", "10000"), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.redis_wait_replicas, 16);
+	cr_expect_eq(C.redis_wait_ms, 10000);
+
+	expect_error(LOAD("--redis-wait-replicas", "17"), "--redis-wait-replicas");
+	cr_expect_not_null(strstr(err, "0..16"), "%s", err);
+	expect_error(LOAD("--redis-wait-replicas=-1"), "--redis-wait-replicas");
+	expect_error(LOAD("--redis-wait-replicas", "1x"), "--redis-wait-replicas");
+	expect_error(LOAD("--redis-wait-replicas="), "--redis-wait-replicas");
+	expect_error(LOAD("--redis-wait-ms", "0"), "--redis-wait-ms");
+	cr_expect_not_null(strstr(err, "1..10000"), "%s", err);
+	expect_error(LOAD("--redis-wait-ms", "10001"), "--redis-wait-ms");
+	expect_error(LOAD("--redis-wait-ms", "5s"), "--redis-wait-ms");
+	expect_error(LOAD("--redis-wait-ms"), "--redis-wait-ms");
+}
+
+Test(config, redis_wait_in_config_file)
+{
+	const char *f = write_str("c.json", "{\"redis-wait-replicas\": 1, \"redis-wait-ms\": 2000}");
+
+	cr_assert_eq(LOAD("--config", f), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.redis_wait_replicas, 1);
+	cr_expect_eq(C.redis_wait_ms, 2000);
+	cr_assert_eq(LOAD("--config", f, "--redis-wait-replicas", "3"), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.redis_wait_replicas, 3, "the flag wins");
+	cr_expect_eq(C.redis_wait_ms, 2000);
+
+	expect_error(LOAD("--config", write_str("t.json", "{\"redis-wait-replicas\": \"1\"}")),
+		     "\"redis-wait-replicas\"");
+	expect_error(LOAD("--config", write_str("t.json", "{\"redis-wait-ms\": 0}")), "\"redis-wait-ms\"");
+	expect_error(LOAD("--config", write_str("t.json", "{\"redis-wait-replicas\": 17}")),
+		     "\"redis-wait-replicas\"");
+}
+
+/* Loads `live` into C and `fresh` into F, applies the reload; the names to
+ * restart for in restart. */
+static void reload(const char *const *live, const char *const *fresh, char *restart, size_t len)
+{
+	cr_assert_eq(load_into(&C, live), CONFIG_OK, "%s", err);
+	cr_assert_eq(load_into(&F, fresh), CONFIG_OK, "%s", err);
+	config_apply_reload(&C, &F, restart, len);
+}
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+Test(config, reload_same_needs_no_restart)
+{
+	const char *sf = write_str("spw", "s3\n");
+	char url[512], restart[256];
+
+	snprintf(url, sizeof(url), "sentinel://:pw@s1,s2:1/m?db=1&sentinel_password_file=%s", sf);
+	reload(ARGS("--redis", url, "--redis-wait-replicas", "2", "--redis-wait-ms", "100"),
+	       ARGS("--redis", url, "--redis-wait-replicas", "2", "--redis-wait-ms", "100"),
+	       restart, sizeof(restart));
+	cr_expect_str_eq(restart, "");
+}
+
+Test(config, reload_wait_flags_need_restart)
+{
+	char restart[256];
+
+	reload(ARGS("--log-level", "info"), ARGS("--redis-wait-replicas", "1", "--log-level", "debug"),
+	       restart, sizeof(restart));
+	cr_expect_str_eq(restart, "redis-wait-replicas");
+	cr_expect_eq(C.redis_wait_replicas, 0, "not applied live");
+	cr_expect_eq(C.log_level, LOG_DEBUG, "what can change live still does");
+
+	reload(ARGS("--redis-wait-replicas", "1"), ARGS("--redis-wait-replicas", "1", "--redis-wait-ms", "600"),
+	       restart, sizeof(restart));
+	cr_expect_str_eq(restart, "redis-wait-ms");
+	cr_expect_eq(C.redis_wait_ms, 500, "not applied live");
+
+	reload(ARGS("--redis-wait-replicas", "3", "--redis-wait-ms", "10"), ARGS("--pool", "4"),
+	       restart, sizeof(restart));
+	cr_expect_str_eq(restart, "redis-wait-replicas redis-wait-ms");
+}
+
+Test(config, reload_sentinel_changes_need_restart)
+{
+	static const char *const base = "sentinel://:pw@s1,s2:1/m?db=1";
+	static const char *const changed[] = {
+		"redis://s1:26379/1",                /* kind */
+		"sentinel://:pw@s1/m?db=1",          /* fewer sentinels */
+		"sentinel://:pw@s2:1,s1/m?db=1",     /* order */
+		"sentinel://:pw@s1,s3:1/m?db=1",     /* host */
+		"sentinel://:pw@s1,s2:2/m?db=1",     /* port */
+		"sentinel://:pw@s1,s2:1/m2?db=1",    /* master name */
+		"sentinel://:pw@s1,s2:1/m?db=2",     /* db */
+		"sentinel://:pw2@s1,s2:1/m?db=1",    /* master password */
+		"sentinel://s1,s2:1/m?db=1",         /* master password gone */
+	};
+	char restart[256];
+
+	for (size_t i = 0; i < sizeof(changed) / sizeof(changed[0]); i++) {
+		reload(ARGS("--redis", base), ARGS("--redis", changed[i]), restart, sizeof(restart));
+		cr_expect_str_eq(restart, "redis", "%s", changed[i]);
+	}
+}
+
+Test(config, reload_sentinel_password_change_needs_restart)
+{
+	const char *a = write_str("a", "one\n"), *b = write_str("b", "two\n"), *c = write_str("c", "one");
+	char ua[512], ub[512], uc[512], restart[256];
+
+	snprintf(ua, sizeof(ua), "sentinel://s/m?sentinel_password_file=%s", a);
+	snprintf(ub, sizeof(ub), "sentinel://s/m?sentinel_password_file=%s", b);
+	snprintf(uc, sizeof(uc), "sentinel://s/m?sentinel_password_file=%s", c);
+	reload(ARGS("--redis", ua), ARGS("--redis", ub), restart, sizeof(restart));
+	cr_expect_str_eq(restart, "redis", "another content");
+	reload(ARGS("--redis", ua), ARGS("--redis", uc), restart, sizeof(restart));
+	cr_expect_str_eq(restart, "", "another file, the same content");
+	reload(ARGS("--redis", ua), ARGS("--redis", "sentinel://s/m"), restart, sizeof(restart));
+	cr_expect_str_eq(restart, "redis", "the password gone");
+
+	setenv("LOCKBROKER_SENTINEL_PASSWORD", "env1", 1);
+	cr_assert_eq(load_into(&C, ARGS("--redis", "sentinel://s/m")), CONFIG_OK, "%s", err);
+	setenv("LOCKBROKER_SENTINEL_PASSWORD", "env2", 1);
+	cr_assert_eq(load_into(&F, ARGS("--redis", "sentinel://s/m")), CONFIG_OK, "%s", err);
+	config_apply_reload(&C, &F, restart, sizeof(restart));
+	cr_expect_str_eq(restart, "redis", "the variable changed");
 }
