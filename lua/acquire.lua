@@ -23,8 +23,8 @@ if not hv[1] then
   -- A try (no wait) against another live solo holder that it cannot join
   -- is answered here, and the holder stays solo: a conflict of kind or
   -- limit, else busy until the holder's expiry.
-  if hv[2] and hv[2] ~= ARGV[6] and tonumber(hv[3]) > now_ms and ARGV[13] ~= '1' then
-    local mode, limit = ARGV[7], tonumber(ARGV[8])
+  if hv[2] and hv[2] ~= ARGV[7] and tonumber(hv[3]) > now_ms and ARGV[14] ~= '1' then
+    local mode, limit = ARGV[8], tonumber(ARGV[9])
     if (hv[6] == 'p') ~= (mode == 'p') or tonumber(hv[7]) ~= limit then return {-1, 0} end
     if mode == 'x' or hv[6] == 'x' or (mode == 'p' and limit < 2) then
       return {0, tonumber(hv[3]) - now_ms}
@@ -32,7 +32,7 @@ if not hv[1] then
   end
   if (not hv[2] or tonumber(hv[3]) <= now_ms)
       and (hv[4] or redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4], KEYS[6]) == 0) then
-    local ttl, max_hold, retention = tonumber(ARGV[9]), tonumber(ARGV[12]), tonumber(ARGV[1])
+    local ttl, max_hold, retention = tonumber(ARGV[10]), tonumber(ARGV[13]), tonumber(ARGV[1])
     local expiry, deadline = now_ms + ttl, 0
     if max_hold > 0 then
       deadline = now_ms + max_hold
@@ -41,16 +41,18 @@ if not hv[1] then
     local fence = t[1] * 1000000 + t[2]
     local last = tonumber(hv[4] or '0')
     if last + 1 > fence then fence = last + 1 end
+    local floor = tonumber(ARGV[6]) or 0
+    if floor + 1 > fence then fence = floor + 1 end
     local f = string.format('%.0f', fence)
     -- The header must live until expiry + retention; when 'z' does not
     -- promise that, it gets twice that margin, so most grants skip this.
     if hv[5] and tonumber(hv[5]) >= expiry + retention then
-      redis.call('HSET', KEYS[3], 'f', f, 'o', ARGV[6], 'x', expiry, 'c', '1', 'k', ARGV[7],
-                 'l', ARGV[8], 'e', deadline, 'w', ARGV[10], 'n', ARGV[11], 'r', '0')
+      redis.call('HSET', KEYS[3], 'f', f, 'o', ARGV[7], 'x', expiry, 'c', '1', 'k', ARGV[8],
+                 'l', ARGV[9], 'e', deadline, 'w', ARGV[11], 'n', ARGV[12], 'r', '0')
     else
       local z = expiry + 2 * retention
-      redis.call('HSET', KEYS[3], 'f', f, 'o', ARGV[6], 'x', expiry, 'c', '1', 'k', ARGV[7],
-                 'l', ARGV[8], 'e', deadline, 'w', ARGV[10], 'n', ARGV[11], 'r', '0', 'z', z)
+      redis.call('HSET', KEYS[3], 'f', f, 'o', ARGV[7], 'x', expiry, 'c', '1', 'k', ARGV[8],
+                 'l', ARGV[9], 'e', deadline, 'w', ARGV[11], 'n', ARGV[12], 'r', '0', 'z', z)
       redis.call('PEXPIRE', KEYS[3], z - now_ms)
     end
     return {1, fence, expiry - now_ms, max_hold}

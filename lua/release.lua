@@ -10,12 +10,12 @@
 -- or another id is (so the model is empty and id holds nothing).
 local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'c', 'r')
 if hv[1] then
-  if hv[1] ~= ARGV[6] then return {-1} end
+  if hv[1] ~= ARGV[7] then return {-1} end
   local t = redis.call('TIME')
   if tonumber(hv[2]) > t[1] * 1000 + math.floor(t[2] / 1000) then
-    local count, seq = tonumber(hv[3]), tonumber(ARGV[8]) or 0
+    local count, seq = tonumber(hv[3]), tonumber(ARGV[9]) or 0
     if seq > 0 and seq <= tonumber(hv[4] or '0') then return {count} end
-    if count > 1 and ARGV[7] ~= '1' then
+    if count > 1 and ARGV[8] ~= '1' then
       redis.call('HSET', KEYS[3], 'c', count - 1, 'r', math.max(seq, tonumber(hv[4] or '0')))
       return {count - 1}
     end

@@ -5,7 +5,7 @@
  *
  * Who writes what: broker.c (the top) sets loop, cfg, id, started_ms and
  * state; net counts sessions and connections; locks counts leases and the
- * totals. Everyone else only reads. Nothing here knows any other module.
+ * totals, and raises fence_high. Everyone else only reads. Nothing here knows any other module.
  */
 #ifndef LB_BROKER_BASE_SHARED_H
 #define LB_BROKER_BASE_SHARED_H
@@ -38,6 +38,11 @@ struct lb_shared {
 	size_t nsessions;      /* open sessions */
 	size_t nconnections;   /* sessions whose handle is not yet closed */
 	size_t nleases;        /* leases held by current sessions */
+	/* The highest fence seen in any reply (grants, inspect): every fence a
+	 * script of this broker grants exceeds it (the lock scripts' context),
+	 * so this broker's fences keep increasing across a failover to a
+	 * replica that missed the last ones. Locks writes it, store reads it. */
+	int64_t fence_high;
 	broker_stats_t stats;
 };
 

@@ -336,6 +336,8 @@ static void on_inspected(const redisReply *r, void *priv)
 	if (r->element[1]->type == REDIS_REPLY_STRING) {
 		in.has_fence = true;
 		in.fence = strtoll(r->element[1]->str, NULL, 10);
+		if (in.fence > server.fence_high)
+			server.fence_high = in.fence;
 	}
 	holders = xcalloc(n, sizeof(*holders));
 	for (size_t k = 0; k < n; k++) {

@@ -115,6 +115,8 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 		              w->ttl_ms, w->watchdog);
 		watchdog_start(l, sent_at, ttl_granted, hold_ms);
 	}
+	if (fence > server.fence_high)
+		server.fence_high = fence;
 	LOG(LOG_DEBUG, "msg=\"acquired\" session=%s lease=%s fence=%" PRId64 "%s", s->name,
 	    log_token(w->id, tb), fence, w->detach ? " detached=1" : "");
 	if (w->detach && timers_now() - w->pointer_at >= LB_INDEX_REFRESH_MS &&
@@ -488,6 +490,8 @@ void waitq_take_grants(const char *lock, size_t lock_len, const redisReply *r, s
 		    r->element[k + 2]->type != REDIS_REPLY_INTEGER ||
 		    r->element[k + 3]->type != REDIS_REPLY_INTEGER || id->len != LEASE_TOKEN_LEN)
 			continue;
+		if (r->element[k + 1]->integer > server.fence_high)
+			server.fence_high = r->element[k + 1]->integer; /* given or given back */
 		w = wq_waiter_find(id->str, id->len);
 		if (!w && lease_find(id->str, id->len))
 			continue; /* reported again (a heartbeat sent before the grant's

@@ -75,6 +75,7 @@ void lockscript_begin(lockscript_t *ls, const char *lock, size_t lock_len, int n
 		lockscript_str(ls, prefix);
 		lockscript_arg(ls, lock, lock_len);
 		lockscript_int(ls, LOCK_HEARTBEAT_MS);
+		lockscript_int(ls, server.fence_high);
 	}
 }
 

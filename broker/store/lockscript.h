@@ -1,7 +1,8 @@
 /*
  * lockscript.h - builds one call of a lock script: the lock's keys (see
  * lua/lib/prelude.lua for their order), the context the queue-aware
- * scripts take first (retention, broker id, prefix, lock name, heartbeat),
+ * scripts take first (retention, broker id, prefix, lock name, heartbeat,
+ * fence floor: server.fence_high),
  * then the script's own arguments; and sends it on the lock's route.
  *
  * A lockscript_t lives on the stack for one call; strings added are
@@ -47,7 +48,7 @@ typedef struct lockscript {
 } lockscript_t;
 
 /* Starts a call with the lock's first nkeys keys and, when context, the
- * five context arguments. */
+ * six context arguments. */
 void lockscript_begin(lockscript_t *ls, const char *lock, size_t lock_len, int nkeys, bool context);
 void lockscript_arg(lockscript_t *ls, const char *s, size_t len);
 void lockscript_str(lockscript_t *ls, const char *s);

@@ -63,8 +63,11 @@
 -- max-hold deadline; a waiter is in :q, :w and :d or in none; the lock's
 -- keys expire with their last holder or waiter, the header (and so the
 -- fence) at least a retention margin later; fence = max(last + 1, Redis time in
--- us), so it increases even after the header itself expired. Times come
--- only from the Redis clock.
+-- us, the calling broker's floor + 1), so it increases even after the header
+-- itself expired, and, for the fences one broker hands out, even after a
+-- failover to a replica that missed the last ones and whose clock is behind
+-- (the floor is the highest fence that broker has seen). Times come only
+-- from the Redis clock.
 --
 -- Waking: promote() grants waiters in queue order while they fit. A waiter
 -- of the broker running the script (C.broker) is granted at once and
@@ -103,13 +106,15 @@ local function keys_of(k)
 end
 
 -- The queue-aware scripts take these first: retention_ms, broker id, key
--- prefix, lock name, heartbeat_ms. Returns the context and the index of the
--- first script-specific argument. t: as for clock().
+-- prefix, lock name, heartbeat_ms, fence floor (the highest fence the
+-- calling broker has seen: a fence it grants exceeds it, see next_fence).
+-- Returns the context and the index of the first script-specific
+-- argument. t: as for clock().
 local function context_of(argv, t)
   local now_ms, now_us = clock(t)
   return {retention = tonumber(argv[1]), broker = argv[2], prefix = argv[3],
-          name = argv[4], heartbeat = tonumber(argv[5]),
-          now_ms = now_ms, now_us = now_us}, 6
+          name = argv[4], heartbeat = tonumber(argv[5]), floor = tonumber(argv[6]) or 0,
+          now_ms = now_ms, now_us = now_us}, 7
 end
 
 local function unpack_all(list, fn)
@@ -312,6 +317,7 @@ local function next_fence(K, C)
   if not C.fence then C.fence = tonumber(redis.call('HGET', K.hd, 'f') or '0') end
   local fence = C.now_us
   if C.fence + 1 > fence then fence = C.fence + 1 end
+  if C.floor + 1 > fence then fence = C.floor + 1 end
   C.fence = fence
   return fence
 end

@@ -802,7 +802,8 @@ static void cy_acquired(slot_t *sl, bool ok, const char *lease, size_t lease_len
 static void cy_released(slot_t *sl, bool ok);
 
 /* EVALSHA sha, the slot's 7 keys and the context the broker sends first
- * (retention, broker id, prefix, name, heartbeat), then the slot's id. */
+ * (retention, broker id, prefix, name, heartbeat, fence floor), then the
+ * slot's id. */
 static int raw_head(slot_t *sl, const char *sha, const char **argv)
 {
 	int n = 0;
@@ -817,6 +818,7 @@ static int raw_head(slot_t *sl, const char *sha, const char **argv)
 	argv[n++] = O.prefix;
 	argv[n++] = sl->lock;
 	argv[n++] = "5000";
+	argv[n++] = "0"; /* fence floor */
 	argv[n++] = sl->id;
 	return n;
 }

@@ -8,7 +8,8 @@ with short TTLs, random fairness and max-hold, sleeps, and one broker that
 stops heartbeating now and then. After each call it checks, against what
 the calls returned and against Redis itself:
 - mutual exclusion (no two live exclusive holders, no more permits than
-  the limit), fences strictly increasing and never repeated;
+  the limit), fences strictly increasing, never repeated and above the
+  calling broker's floor;
 - solo and model never both in use; 'm' set whenever the model is;
 - a waiter in :q, :w and :d or in none; the 'xw' count;
 - every key has a TTL, and none ends before the holder or waiter that
@@ -69,7 +70,10 @@ for n in ['acquire', 'release', 'extend', 'reenter', 'heartbeat', 'withdraw', 'i
 
 def keys7(n): return ['P{%s}:h'%n,'P{%s}:i'%n,'P{%s}'%n,'P{%s}:q'%n,'P{%s}:w'%n,'P{%s}:d'%n,'P{%s}:s'%n]
 HB = 300
-def ctx(n, b): return [60000, b, 'P', n, HB]
+# Each broker's fence floor: the highest fence it has seen; now and then one
+# jumps far ahead, as after a failover to a replica behind on fences and time.
+FLOOR = {}
+def ctx(n, b): return [60000, b, 'P', n, HB, FLOOR.get(b, 0)]
 def now():
     t = r.cmd('TIME'); return int(t[0])*1000 + int(t[1])//1000
 random.seed(seed)
@@ -142,6 +146,8 @@ def take_grants(L, lst, t0):
         else: viol.append('grant of unknown %s' % id_)
 for step in range(steps):
     L = random.choice(LOCKS); b = random.choice(BROKERS); op = random.random()
+    if random.random() < 0.01: FLOOR[b] = max(lastfence.values() or [0]) + random.choice([1, 10**6, 10**9])
+    floor = FLOOR.get(b, 0)
     t0 = now()
     hist.append((step, L, b, op, t0))
     try:
@@ -221,6 +227,9 @@ for step in range(steps):
     for (lk, f, i, src) in opf:
         if f <= lastfence.get(lk, 0): viol.append('fence backwards %s %s %d <= %d %s' % (lk, i, f, lastfence[lk], src))
     if len(set(f for _, f, _, _ in opf)) != len(opf): viol.append('dup fence %s' % opf)
+    for (lk, f, i, src) in opf:
+        if f <= floor: viol.append('fence %d not above the floor %d %s %s' % (f, floor, i, src))
+        FLOOR[b] = max(FLOOR.get(b, 0), f)
     for (lk, f, i, src) in opf: lastfence[lk] = max(lastfence.get(lk, 0), f)
     opf.clear()
     t = now()

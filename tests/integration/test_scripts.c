@@ -69,6 +69,7 @@ static redisReply *call(lb_redis *r, const char *sha, const char *lock, const ch
 	argv[argc++] = "lb:";
 	argv[argc++] = lock;
 	argv[argc++] = "5000"; /* heartbeat */
+	argv[argc++] = "0"; /* fence floor */
 	for (int k = 0; k < nargs; k++)
 		argv[argc++] = args[k];
 	rep = redisCommandArgv(lb_redis_ctx(r), argc, argv, NULL);
