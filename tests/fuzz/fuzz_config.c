@@ -7,15 +7,19 @@
  * line; bit 1: leave out the secret file "s"); then the config file's
  * bytes up to the first NUL, written to "c"; then the command-line
  * arguments, NUL-separated (at most 32). The secret file "s" holds a known
- * secret, so that "--auth-file s" or "redis-password-file": "s" reads it.
+ * secret, so that "--auth-file s" or "redis-password-file": "s" reads it;
+ * so does the absolute name SECRET_PATH, which a sentinel:// URL's
+ * sentinel_password_file needs.
  *
  * The loader opens files named in the input. So that it opens nothing but
  * "c" and "s", the target runs in a private temporary directory and the
  * loader's open/fopen calls are renamed to this file's sandbox_* (objcopy,
  * Makefile): a name holding '/' is refused with ENOENT, never opened,
- * whatever the input asks for (/dev/watchdog, a FIFO, /dev/stdin...).
+ * whatever the input asks for (/dev/watchdog, a FIFO, /dev/stdin...), but
+ * for SECRET_PATH, which opens "s".
  * libFuzzer's own files (corpus, crash inputs) are untouched by this.
- * stdout goes to /dev/null (--help) and LOCKBROKER_REDIS_PASSWORD is unset.
+ * stdout goes to /dev/null (--help); LOCKBROKER_REDIS_PASSWORD and
+ * LOCKBROKER_SENTINEL_PASSWORD are unset.
  *
  * Checked, from config.h's contract:
  * - config_load returns CONFIG_OK, CONFIG_EXIT or CONFIG_ERROR; on the last
@@ -52,6 +56,7 @@
 
 #define MAX_ARGS 32
 #define SECRET "Sup3r-S3cret-0f-fuzz"
+#define SECRET_PATH "/lb-fuzz/s" /* in config.dict */
 
 /* ---- the only files the loader may open ---------------------------------- */
 
@@ -63,12 +68,16 @@ int sandbox_open64(const char *path, int flags, ...);
 FILE *sandbox_fopen(const char *path, const char *mode);
 FILE *sandbox_fopen64(const char *path, const char *mode);
 
-static bool allowed(const char *path)
+/* The name to open instead of path, or NULL (errno set): only names
+ * without '/' (the private directory's), and SECRET_PATH for "s". */
+static const char *allowed(const char *path)
 {
+	if (strcmp(path, SECRET_PATH) == 0)
+		return "s";
 	if (strchr(path, '/') == NULL)
-		return true;
+		return path;
 	errno = ENOENT;
-	return false;
+	return NULL;
 }
 
 static mode_t mode_arg(int flags, va_list ap)
@@ -84,7 +93,8 @@ int sandbox_open(const char *path, int flags, ...)
 	va_start(ap, flags);
 	mode = mode_arg(flags, ap);
 	va_end(ap);
-	return allowed(path) ? open(path, flags, mode) : -1;
+	path = allowed(path);
+	return path != NULL ? open(path, flags, mode) : -1;
 }
 
 int sandbox_open64(const char *path, int flags, ...)
@@ -95,17 +105,20 @@ int sandbox_open64(const char *path, int flags, ...)
 	va_start(ap, flags);
 	mode = mode_arg(flags, ap);
 	va_end(ap);
-	return allowed(path) ? open64(path, flags, mode) : -1;
+	path = allowed(path);
+	return path != NULL ? open64(path, flags, mode) : -1;
 }
 
 FILE *sandbox_fopen(const char *path, const char *mode)
 {
-	return allowed(path) ? fopen(path, mode) : NULL;
+	path = allowed(path);
+	return path != NULL ? fopen(path, mode) : NULL;
 }
 
 FILE *sandbox_fopen64(const char *path, const char *mode)
 {
-	return allowed(path) ? fopen64(path, mode) : NULL;
+	path = allowed(path);
+	return path != NULL ? fopen64(path, mode) : NULL;
 }
 
 /* ---- the target ------------------------------------------------------------ */
@@ -142,6 +155,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	CHECK(fd >= 0 && dup2(fd, STDOUT_FILENO) == STDOUT_FILENO);
 	close(fd);
 	unsetenv("LOCKBROKER_REDIS_PASSWORD");
+	unsetenv("LOCKBROKER_SENTINEL_PASSWORD");
 	return 0;
 }
 
@@ -171,6 +185,32 @@ static bool in_range(int64_t v, int64_t lo, int64_t hi)
 	return v >= lo && v <= hi;
 }
 
+static bool secret_ok(const char *s)
+{
+	return s == NULL || in_range((int64_t)strlen(s), 1, 4096);
+}
+
+static void check_redis(const redis_addr_t *r)
+{
+	CHECK(r->kind == URL_TCP || r->kind == URL_UNIX || r->kind == URL_SENTINEL);
+	CHECK(r->kind != URL_TCP || in_range(r->port, 1, 65535));
+	CHECK(r->kind != URL_UNIX || r->path[0] == '/');
+	CHECK(r->db >= 0);
+	CHECK(secret_ok(r->password) && secret_ok(r->sentinel_password));
+	if (r->kind != URL_SENTINEL) {
+		CHECK(r->nsentinels == 0 && r->sentinel_password == NULL &&
+		      r->sentinel_password_file == NULL);
+		return;
+	}
+	CHECK(in_range(r->nsentinels, 1, URL_SENTINELS_MAX));
+	for (int i = 0; i < r->nsentinels; i++)
+		CHECK(in_range(r->sentinels[i].port, 1, 65535) && r->sentinels[i].host[0] != '\0');
+	CHECK(in_range((int64_t)strlen(r->master_name), 1, URL_MASTER_NAME_MAX));
+	/* the file, when named, was read: the only readable one holds SECRET */
+	if (r->sentinel_password_file != NULL)
+		CHECK(r->sentinel_password != NULL && strcmp(r->sentinel_password, SECRET) == 0);
+}
+
 static void check_loaded(const lb_config_t *cfg)
 {
 	CHECK(cfg->nlisten >= 1 && cfg->nlisten <= CONFIG_MAX_LISTEN);
@@ -181,8 +221,9 @@ static void check_loaded(const lb_config_t *cfg)
 		CHECK(a->kind == URL_UNIX || in_range(a->port, 0, 65535));
 		CHECK(a->kind == URL_TCP || a->path[0] == '/');
 	}
-	CHECK(cfg->redis.kind == URL_UNIX || in_range(cfg->redis.port, 1, 65535));
-	CHECK(cfg->redis.db >= 0);
+	check_redis(&cfg->redis);
+	CHECK(in_range(cfg->redis_wait_replicas, 0, 16));
+	CHECK(in_range(cfg->redis_wait_ms, 1, 10000));
 	CHECK(cfg->prefix != NULL && in_range((int64_t)strlen(cfg->prefix), 1, 64));
 	CHECK(strpbrk(cfg->prefix, "{}") == NULL);
 	CHECK(in_range(cfg->default_ttl_ms, 100, 86400000));

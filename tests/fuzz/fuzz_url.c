@@ -6,10 +6,15 @@
  * the URL (cut at its first NUL, as a C string would be). Checked, from
  * url.h's contract:
  * - the result is 0 or -1; on -1 there is a message of printable ASCII (it
- *   never quotes the URL, so no byte of it can show there unmasked), a
- *   listen_addr_t is left zeroed and a redis_addr_t holds no password;
+ *   never quotes the URL, so no byte of it can show there unmasked, and the
+ *   dictionary's password PW_MARK never does), a listen_addr_t is left
+ *   zeroed and a redis_addr_t is left cleared (no password, no sentinel
+ *   password file, no sentinels);
  * - on success every field is in range (ports, db, NUL-terminated host and
- *   path, an absolute path), and a listen address formatted with
+ *   path, an absolute path; for sentinel:// 1..URL_SENTINELS_MAX sentinels
+ *   with a host and a port each, a master name of allowed bytes, an absolute
+ *   sentinel password file of at most 4096 bytes, nothing in the fields
+ *   of the other kinds), and a listen address formatted with
  *   url_format_listen parses back to the same address.
  * Any failed check aborts (libFuzzer reports it as a crash).
  */
@@ -20,6 +25,9 @@
 #include <string.h>
 
 #include "broker/base/url.h"
+
+/* A password in url.dict: no error message may hold it. */
+#define PW_MARK "Sup3r"
 
 #define CHECK(cond)                                                            \
 	do {                                                                   \
@@ -37,6 +45,7 @@ static void check_message(const char *err, size_t cap)
 	CHECK(n > 0 && n < cap);
 	for (size_t i = 0; i < n; i++)
 		CHECK(err[i] >= 0x20 && err[i] < 0x7f);
+	CHECK(strstr(err, PW_MARK) == NULL);
 }
 
 static bool terminated(const char *s, size_t cap)
@@ -82,6 +91,32 @@ static void check_listen(const char *url)
 		CHECK(strcmp(a.path, b.path) == 0);
 }
 
+static void check_sentinel(const redis_addr_t *a, const char *url)
+{
+	size_t n;
+
+	CHECK(a->host[0] == '\0' && a->port == 0 && a->path[0] == '\0');
+	CHECK(a->nsentinels >= 1 && a->nsentinels <= URL_SENTINELS_MAX);
+	for (int i = 0; i < a->nsentinels; i++) {
+		CHECK(terminated(a->sentinels[i].host, sizeof(a->sentinels[i].host)));
+		CHECK(a->sentinels[i].host[0] != '\0');
+		CHECK(a->sentinels[i].port >= 1 && a->sentinels[i].port <= 65535);
+	}
+	for (int i = a->nsentinels; i < URL_SENTINELS_MAX; i++)
+		CHECK(a->sentinels[i].host[0] == '\0' && a->sentinels[i].port == 0);
+	CHECK(terminated(a->master_name, sizeof(a->master_name)));
+	n = strlen(a->master_name);
+	CHECK(n >= 1 && n <= URL_MASTER_NAME_MAX);
+	for (size_t i = 0; i < n; i++) {
+		char c = a->master_name[i];
+		CHECK(c > 0x20 && c < 0x7f && strchr("/?&#%", c) == NULL);
+	}
+	if (a->sentinel_password_file != NULL) {
+		n = strlen(a->sentinel_password_file);
+		CHECK(a->sentinel_password_file[0] == '/' && n <= 4096 && n <= strlen(url));
+	}
+}
+
 static void check_redis(const char *url)
 {
 	redis_addr_t a;
@@ -94,18 +129,25 @@ static void check_redis(const char *url)
 	CHECK(rc == 0 || rc == -1);
 	if (rc != 0) {
 		check_message(err, sizeof(err));
-		CHECK(a.password == NULL);
+		CHECK(a.password == NULL && a.sentinel_password_file == NULL &&
+		      a.sentinel_password == NULL && a.nsentinels == 0);
 		redis_addr_clear(&a);
 		return;
 	}
-	CHECK(a.kind == URL_TCP || a.kind == URL_UNIX);
+	CHECK(a.kind == URL_TCP || a.kind == URL_UNIX || a.kind == URL_SENTINEL);
+	CHECK(a.sentinel_password == NULL); /* config's business */
 	if (a.kind == URL_TCP) {
 		CHECK(terminated(a.host, sizeof(a.host)));
 		CHECK(a.port >= 1 && a.port <= 65535);
-	} else {
+	} else if (a.kind == URL_UNIX) {
 		CHECK(terminated(a.path, sizeof(a.path)));
 		CHECK(a.path[0] == '/');
+	} else {
+		check_sentinel(&a, url);
 	}
+	if (a.kind != URL_SENTINEL)
+		CHECK(a.nsentinels == 0 && a.master_name[0] == '\0' &&
+		      a.sentinel_password_file == NULL);
 	CHECK(a.db >= 0);
 	if (a.password != NULL)
 		CHECK(strlen(a.password) <= strlen(url));
