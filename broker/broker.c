@@ -159,14 +159,15 @@ static void on_sighup(uv_signal_t *h, int signum)
 		LOG(LOG_WARN, "msg=\"changed settings need a restart; not applied\" settings=\"%s\"", restart);
 }
 
-/* Redis may have lost data (the canary key, or a new run_id on
- * reconnect): every lease is checked now (those gone are reported lost at
+/* Redis may have lost data (the canary key, a new run_id on reconnect, a
+ * failover): every lease is checked now (those gone are reported lost at
  * once, not at their next renewal) and every waiting lock heartbeats, so
- * waiters Redis forgot are queued again. */
+ * waiters Redis forgot are queued again. After a failover the store
+ * serves nothing else until the leases are checked (store_loss_checked). */
 static void on_data_loss(const char *why)
 {
 	LOG(LOG_WARN, "msg=\"redis may have lost data; checking every lease and waiter\" why=\"%s\"", why);
-	watchdog_verify_all();
+	watchdog_verify_all(strcmp(why, STORE_LOSS_FAILOVER) == 0, store_loss_checked);
 	waitq_on_subscribed();
 }
 

@@ -108,6 +108,13 @@ static char *render(size_t *len)
 	put(&t, "lockbroker_releases_total %llu\n", (unsigned long long)server.stats.released_total);
 	metric(&t, "lockbroker_timeouts_total", "counter", "Acquires answered timeout.");
 	put(&t, "lockbroker_timeouts_total %llu\n", (unsigned long long)server.stats.timeouts_total);
+	metric(&t, "lockbroker_failovers_total", "counter",
+	       "Redis master switches followed (sentinel://).");
+	put(&t, "lockbroker_failovers_total %llu\n", (unsigned long long)server.stats.failovers_total);
+	metric(&t, "lockbroker_failover_lost_total", "counter",
+	       "Leases the new master did not hold after a switch (reported lost, gone).");
+	put(&t, "lockbroker_failover_lost_total %llu\n",
+	    (unsigned long long)server.stats.failover_lost_total);
 	metric(&t, "lockbroker_lost_total", "counter", "Leases reported lost, by reason.");
 	for (int k = 0; k < COUNTERS_NLOST; k++)
 		put(&t, "lockbroker_lost_total{reason=\"%s\"} %llu\n", counters_lost_reasons[k],

@@ -380,6 +380,8 @@ json_t *resp_stats(const json_t *id, const resp_stats_t *s)
 	put(o, "released_total", num(s->released_total));
 	put(o, "timeouts_total", num(s->timeouts_total));
 	put(o, "lost_total", num(s->lost_total));
+	put(o, "failovers_total", num(s->failovers_total));
+	put(o, "failover_lost_total", num(s->failover_lost_total));
 	put(o, "redis", str(s->redis_up ? "up" : "down"));
 	return o;
 }

@@ -120,6 +120,8 @@ typedef struct resp_stats {
 	int64_t released_total;
 	int64_t timeouts_total;
 	int64_t lost_total;
+	int64_t failovers_total;     /* master switches followed */
+	int64_t failover_lost_total; /* leases lost to them */
 	bool redis_up;
 } resp_stats_t;
 json_t *resp_stats(const json_t *id, const resp_stats_t *s);

@@ -27,6 +27,8 @@ typedef struct broker_stats {
 	uint64_t released_total;
 	uint64_t timeouts_total;
 	uint64_t lost_total;
+	uint64_t failovers_total;     /* master switches followed (sentinel) */
+	uint64_t failover_lost_total; /* leases the new master did not hold */
 } broker_stats_t;
 
 struct lb_shared {

@@ -22,7 +22,29 @@
 struct renewal {
 	char token[LEASE_TOKEN_LEN + 1];
 	uint64_t sent_at;
+	unsigned pass; /* verify: the pass it belongs to */
 };
+
+/* The pass of watchdog_verify_all under way: a newer one supersedes it. */
+static struct {
+	unsigned pass;
+	size_t left; /* answers still to come */
+	bool failover;
+	void (*done)(void);
+} V;
+
+static void verify_answered(unsigned pass)
+{
+	void (*done)(void);
+
+	if (pass != V.pass || V.left == 0 || --V.left > 0)
+		return;
+	done = V.done;
+	V.done = NULL;
+	LOG(LOG_INFO, "msg=\"every lease checked\"");
+	if (done)
+		done();
+}
 
 static uint64_t min_u64(uint64_t a, uint64_t b)
 {
@@ -111,12 +133,16 @@ static void on_verified(const redisReply *reply, void *priv)
 	if (l && !store_reply_failed(reply) && reply->type == REDIS_REPLY_ARRAY &&
 	    reply->elements == 2 && reply->element[0]->type == REDIS_REPLY_INTEGER &&
 	    reply->element[1]->type == REDIS_REPLY_INTEGER) {
-		if (reply->element[0]->integer < 0)
+		if (reply->element[0]->integer < 0) {
+			if (r->pass == V.pass && V.failover)
+				server.stats.failover_lost_total++;
 			lease_lost(l, "gone");
-		else
+		} else {
 			watchdog_confirmed(l, r->sent_at, reply->element[0]->integer,
 			                reply->element[1]->integer);
+		}
 	}
+	verify_answered(r->pass);
 	free(r); /* no answer: the renewals find out in their turn */
 }
 
@@ -128,6 +154,7 @@ static void verify(lease_t *l, void *arg)
 
 	memcpy(r->token, l->token, sizeof(r->token));
 	r->sent_at = timers_now();
+	r->pass = V.pass;
 	lockscript_begin(&ls, l->lock, l->lock_len, LOCK_NKEYS_HOLDER, false);
 	lockscript_arg(&ls, l->token, LEASE_TOKEN_LEN);
 	if (lockscript_send(&ls, SCRIPT_VERIFY, on_verified, r) < 0)
@@ -136,12 +163,23 @@ static void verify(lease_t *l, void *arg)
 		(*n)++;
 }
 
-void watchdog_verify_all(void)
+void watchdog_verify_all(bool failover, void (*done)(void))
 {
 	size_t n = 0;
 
+	V.pass++;
+	V.left = 0;
+	V.failover = failover;
+	V.done = NULL;
 	lease_foreach(verify, &n);
 	LOG(LOG_INFO, "msg=\"asking redis about every lease\" leases=%zu", n);
+	if (n == 0) {
+		if (done)
+			done();
+		return;
+	}
+	V.left = n;
+	V.done = done;
 }
 
 void watchdog_confirmed(lease_t *l, uint64_t sent_at, int64_t ms_left, int64_t hold_ms)

@@ -10,6 +10,7 @@
 #ifndef LB_BROKER_WATCHDOG_H
 #define LB_BROKER_WATCHDOG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "broker/base/timers.h"
@@ -27,9 +28,12 @@ void watchdog_confirmed(struct lease *l, uint64_t sent_at, int64_t ms_left, int6
 /* (Re)schedules the lease's tick after a confirmation sent at sent_at. */
 void watchdog_schedule(struct lease *l, uint64_t sent_at);
 /* Redis may have lost data: asks it about every lease of every session at
- * once (lua/verify.lua, which changes nothing); a lease it no longer holds
- * is reported lost ("gone") and dropped. */
-void watchdog_verify_all(void);
+ * once, pipelined (lua/verify.lua, which changes nothing); a lease it no
+ * longer holds is reported lost ("gone") and dropped, and counted as lost
+ * to a failover when failover is set. done (NULL: none) runs once every
+ * answer of this pass is in (at once when there is no lease; never when a
+ * newer pass started first). */
+void watchdog_verify_all(bool failover, void (*done)(void));
 /* The timer callbacks of a lease's entries. */
 void watchdog_on_tick(timer_ent_t *t);
 void watchdog_on_max_hold(timer_ent_t *t);

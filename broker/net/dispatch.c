@@ -400,6 +400,8 @@ static void op_stats(session_t *s, req_t *req)
 		.released_total = (int64_t)server.stats.released_total,
 		.timeouts_total = (int64_t)server.stats.timeouts_total,
 		.lost_total = (int64_t)server.stats.lost_total,
+		.failovers_total = (int64_t)server.stats.failovers_total,
+		.failover_lost_total = (int64_t)server.stats.failover_lost_total,
 		.redis_up = store_up(),
 	};
 

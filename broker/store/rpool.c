@@ -114,6 +114,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
 	if (status != REDIS_OK) {
 		LOG(LOG_WARN, "msg=\"redis connect failed\" conn=%d err=\"%s\"", c->idx, ac->errstr);
 		schedule_retry(c); /* hiredis frees the context after this */
+		if (!c->subscriber && rpool.on_lost)
+			rpool.on_lost();
 	}
 }
 
@@ -128,6 +130,8 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 		LOG(LOG_WARN, "msg=\"redis connection lost\" conn=%d err=\"%s\"", c->idx,
 		    status == REDIS_OK ? "closed" : ac->errstr);
 	schedule_retry(c);
+	if (!c->subscriber && rpool.on_lost)
+		rpool.on_lost();
 }
 
 /* Sends what waits for a connection (lost replies to resend). */
@@ -165,6 +169,22 @@ static void handshake_step(rconn_t *c)
 			rpool.on_subscribed();
 		return;
 	}
+	if (rpool.loss && rpool.loss_gates && rpool.on_data_loss) {
+		/* After a failover: the check of what the new master lost goes
+		 * out first, alone; rpool_check_done opens the pool. */
+		const char *why = rpool.loss;
+		rpool.loss = NULL;
+		rpool.loss_gates = false;
+		rpool.checking = true;
+		timer_at(&rpool.check_timer, timers_now() + CHECK_TIMEOUT_MS);
+		rpool.in_check_cb = true;
+		rpool.on_data_loss(why);
+		rpool.in_check_cb = false;
+		if (rpool.checking)
+			return;
+	}
+	if (rpool.checking)
+		return; /* opens when the check is done */
 	flush_waiting();
 	if (!was_up && rpool.on_up)
 		rpool.on_up();
@@ -173,6 +193,32 @@ static void handshake_step(rconn_t *c)
 		rpool.loss = NULL;
 		rpool.on_data_loss(why);
 	}
+}
+
+void rpool_check_done(void)
+{
+	if (!rpool.checking)
+		return;
+	if (rpool.in_check_cb) {
+		/* Nothing to ask (no lease): done before the callback returned. */
+		rpool.checking = false;
+		timer_cancel(&rpool.check_timer);
+		return;
+	}
+	rpool.checking = false;
+	timer_cancel(&rpool.check_timer);
+	if (!rpool_up())
+		return; /* lost meanwhile: the next ready connection opens it */
+	flush_waiting();
+	if (rpool.on_up)
+		rpool.on_up();
+}
+
+static void on_check_timeout(timer_ent_t *t)
+{
+	(void)t;
+	LOG(LOG_WARN, "msg=\"the data-loss check after the failover did not finish; serving anyway\"");
+	rpool_check_done();
 }
 
 /* The subscriber's one callback: the subscribe confirmation (the last
@@ -239,6 +285,20 @@ static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
 		c->handshake_failed = true;
 	} else if (step == STEP_INFO) {
 		check_run_id(reply);
+	} else if (step == STEP_ROLE) {
+		if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
+		    reply->element[0]->type != REDIS_REPLY_STRING ||
+		    strcmp(reply->element[0]->str, "master") != 0) {
+			LOG(LOG_WARN, "msg=\"redis is not a master; asking the sentinels again\" conn=%d "
+			    "addr=%s:%d role=\"%.20s\"", c->idx, rpool.target.host, rpool.target.port,
+			    reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+			            reply->element[0]->type == REDIS_REPLY_STRING
+			        ? reply->element[0]->str
+			        : "?");
+			c->handshake_failed = true;
+			if (rpool.on_not_master)
+				rpool.on_not_master();
+		}
 	} else if (step >= 0 && reply->type == REDIS_REPLY_STRING && reply->len == 40) {
 		memcpy(rpool.sha[step], reply->str, 40);
 		rpool.sha[step][40] = '\0';
@@ -260,6 +320,8 @@ static void rconn_drop(rconn_t *c, const char *why)
 	}
 	c->pending = 0;
 	schedule_retry(c);
+	if (!c->subscriber && rpool.on_lost)
+		rpool.on_lost();
 }
 
 static void on_watch(timer_ent_t *t)
@@ -297,7 +359,7 @@ static void rconn_open(rconn_t *c, const char *host)
 	redisAsyncContext *ac;
 	char cname[128];
 
-	ac = host ? redisAsyncConnect(host, a->port) : redisAsyncConnectUnix(a->path);
+	ac = host ? redisAsyncConnect(host, rpool.target.port) : redisAsyncConnectUnix(rpool.target.path);
 	REQUIRE(ac != NULL);
 	if (ac->err) {
 		LOG(LOG_WARN, "msg=\"redis connect failed\" conn=%d err=\"%s\"", c->idx, ac->errstr);
@@ -334,6 +396,11 @@ static void rconn_open(rconn_t *c, const char *host)
 		snprintf(cname, sizeof(cname), "%s:%d", rpool.name, c->idx);
 	c->handshake_left++;
 	redisAsyncCommand(ac, on_handshake, (void *)STEP_PLAIN, "CLIENT SETNAME %s", cname);
+	if (rpool.require_master) {
+		/* Never serve from a replica: a demoted master still answers. */
+		c->handshake_left++;
+		redisAsyncCommand(ac, on_handshake, (void *)STEP_ROLE, "ROLE");
+	}
 	if (c->subscriber) {
 		/* Channels ignore the db; the confirmation ends the handshake. */
 		c->handshake_left++;
@@ -374,9 +441,16 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 		close_timer_maybe_done(); /* closing: cancelled */
 		return;
 	}
+	if (c->gai_gen != rpool.target.gen) {
+		/* Resolved for the target before rpool_set_target. */
+		c->naddrs = 0;
+		c->addr_i = 0;
+		rconn_connect(c);
+		return;
+	}
 	if (c->naddrs == 0) {
 		LOG(LOG_WARN, "msg=\"cannot resolve the redis host\" conn=%d host=\"%s\" err=\"%s\"", c->idx,
-		    rpool.addr->host, status ? uv_strerror(status) : "no address");
+		    rpool.target.host, status ? uv_strerror(status) : "no address");
 		schedule_retry(c);
 		return;
 	}
@@ -385,17 +459,21 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 
 static void rconn_connect(rconn_t *c)
 {
-	const redis_addr_t *a = rpool.addr;
+	const char *host = rpool.target.host;
 	struct in6_addr a6;
 	struct addrinfo hints;
 	int rc;
 
-	if (a->kind == URL_UNIX) {
+	if (!rpool.target.set) {
+		c->state = RC_DOWN; /* rpool_set_target connects it */
+		return;
+	}
+	if (rpool.target.kind == URL_UNIX) {
 		rconn_open(c, NULL);
 		return;
 	}
-	if (uv_inet_pton(AF_INET, a->host, &a6) == 0 || uv_inet_pton(AF_INET6, a->host, &a6) == 0) {
-		rconn_open(c, a->host);
+	if (uv_inet_pton(AF_INET, host, &a6) == 0 || uv_inet_pton(AF_INET6, host, &a6) == 0) {
+		rconn_open(c, host);
 		return;
 	}
 	if (c->addr_i < c->naddrs) {
@@ -407,10 +485,11 @@ static void rconn_connect(rconn_t *c)
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	c->state = RC_RESOLVING;
-	rc = uv_getaddrinfo(rpool.loop, &c->gai, on_resolved, a->host, NULL, &hints);
+	c->gai_gen = rpool.target.gen;
+	rc = uv_getaddrinfo(rpool.loop, &c->gai, on_resolved, host, NULL, &hints);
 	if (rc != 0) {
 		LOG(LOG_WARN, "msg=\"cannot resolve the redis host\" conn=%d host=\"%s\" err=\"%s\"", c->idx,
-		    a->host, uv_strerror(rc));
+		    host, uv_strerror(rc));
 		schedule_retry(c);
 		return;
 	}
@@ -429,6 +508,17 @@ void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, const char *na
 	rpool.nall = n;
 	rpool.on_up = cb->on_up;
 	rpool.on_data_loss = cb->on_data_loss;
+	rpool.on_not_master = cb->on_not_master;
+	rpool.on_lost = cb->on_lost;
+	rpool.require_master = cb->require_master;
+	timer_init(&rpool.check_timer, on_check_timeout);
+	if (addr->kind != URL_SENTINEL) {
+		rpool.target.set = true;
+		rpool.target.kind = addr->kind;
+		memcpy(rpool.target.host, addr->host, sizeof(rpool.target.host));
+		rpool.target.port = addr->port;
+		memcpy(rpool.target.path, addr->path, sizeof(rpool.target.path));
+	}
 	if (inbox) {
 		rpool.channel = xstrndup(inbox->channel, strlen(inbox->channel));
 		rpool.on_message = inbox->on_message;
@@ -475,6 +565,8 @@ void rpool_close(void)
 	rcmd_t *cmd;
 
 	rpool.closing = true;
+	rpool.checking = false;
+	timer_cancel(&rpool.check_timer);
 	while ((cmd = rp_list_pop(&rpool.waiting)) != NULL) {
 		timer_cancel(&cmd->give_up);
 		rp_deliver(cmd, NULL);
@@ -503,11 +595,59 @@ void rpool_close(void)
 
 bool rpool_up(void)
 {
+	if (rpool.checking)
+		return false;
 	for (int k = 0; k < rpool.n; k++) {
 		if (rp_usable(&rpool.conns[k]))
 			return true;
 	}
 	return false;
+}
+
+bool rpool_set_target(const char *host, int port, bool failover)
+{
+	if (rpool.closing)
+		return false;
+	if (rpool.target.set && rpool.target.port == port && strcmp(rpool.target.host, host) == 0)
+		return false;
+	rpool.target.set = true;
+	rpool.target.kind = URL_TCP;
+	snprintf(rpool.target.host, sizeof(rpool.target.host), "%s", host);
+	rpool.target.port = port;
+	rpool.target.gen++;
+	rpool.run_id[0] = '\0'; /* another server: its run_id is no news */
+	if (failover) {
+		rpool.loss = STORE_LOSS_FAILOVER;
+		rpool.loss_gates = true;
+	}
+	if (rpool.checking) {
+		rpool.checking = false; /* a check of the old target: moot */
+		timer_cancel(&rpool.check_timer);
+	}
+	/* Nothing more goes to the old target from here on. */
+	for (int k = 0; k < rpool.nall; k++) {
+		if (rpool.conns[k].state != RC_RESOLVING)
+			rpool.conns[k].state = RC_DOWN;
+	}
+	for (int k = 0; k < rpool.nall; k++) {
+		rconn_t *c = &rpool.conns[k];
+		timer_cancel(&c->retry);
+		timer_cancel(&c->watch);
+		if (c->ac) {
+			c->dropping = true;
+			redisAsyncFree(c->ac); /* lost replies: resent or failed */
+			c->dropping = false;
+		}
+		c->pending = 0;
+		rehome(c);
+		c->naddrs = 0;
+		c->addr_i = 0;
+		c->addr_ok = false;
+		c->backoff_ms = BACKOFF_MIN_MS;
+		if (!c->resolving)
+			rconn_connect(c); /* a resolving one sees the new generation */
+	}
+	return true;
 }
 
 size_t rpool_pending(void)

@@ -46,14 +46,26 @@ typedef struct rpool_callbacks {
 	/* The pool went from no ready command connection to one. */
 	void (*on_up)(void);
 	/* Redis may have lost data: a connection found another run_id than
-	 * the one seen before (a restart, a failover). */
+	 * the one seen before (a restart), or the target changed with
+	 * failover set (why is then STORE_LOSS_FAILOVER, and the pool stays
+	 * closed until rpool_check_done: see rpool_set_target). */
 	void (*on_data_loss)(const char *why);
+	/* require_master only: a connection found a replica where the master
+	 * should be (ROLE in the handshake, or a READONLY reply). NULL: none. */
+	void (*on_not_master)(void);
+	/* A command connection was lost or could not connect. NULL: none. */
+	void (*on_lost)(void);
+	/* Check with ROLE that the server is a master before a connection
+	 * serves, and take a READONLY reply as a connection to a replica. */
+	bool require_master;
 } rpool_callbacks_t;
 
 /* Starts connecting n command connections to addr (which must outlive the
- * pool), plus the inbox connection when inbox is not NULL. Each connection
- * names itself in Redis (CLIENT SETNAME) name ":" its index, or name
- * ":inbox", so CLIENT LIST shows whose it is. */
+ * pool; its password and db are used), plus the inbox connection when
+ * inbox is not NULL. For a URL_SENTINEL addr nothing connects until
+ * rpool_set_target names the master. Each connection names itself in
+ * Redis (CLIENT SETNAME) name ":" its index, or name ":inbox", so CLIENT
+ * LIST shows whose it is. */
 void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, const char *name,
                 const rpool_callbacks_t *cb, const rpool_inbox_t *inbox);
 /* Frees what the pool keeps after it closed (at exit). */
@@ -61,6 +73,17 @@ void rpool_free(void);
 /* Disconnects every connection; pending callbacks still run (with their
  * replies if Redis answers, else NULL). No reconnects after this. */
 void rpool_close(void);
+/* Points every connection at host:port (a master that Sentinel named).
+ * Same as now: nothing (false). Else (true) every connection is dropped at once (lost
+ * replies are resent there as for any lost connection) and reconnects to
+ * the new target. With failover, the first connection ready there reports
+ * on_data_loss(STORE_LOSS_FAILOVER) before anything else goes out, and
+ * the pool stays closed (rpool_up false; what may wait, waits; the rest
+ * is refused) but for what that callback sends, until rpool_check_done
+ * (or CHECK_TIMEOUT_MS). */
+bool rpool_set_target(const char *host, int port, bool failover);
+/* The data-loss check that on_data_loss started is over: the pool opens. */
+void rpool_check_done(void);
 /* True when at least one connection is ready for commands. */
 bool rpool_up(void);
 /* Commands sent and not yet answered. */

@@ -125,6 +125,8 @@ static rconn_t *pick(uint32_t route)
 {
 	struct pin *p = rpool.npins ? pin_find(route) : NULL;
 
+	if (rpool.checking && !rpool.in_check_cb)
+		return NULL; /* closed for the check after a failover */
 	if (p && rp_usable(&rpool.conns[p->conn]))
 		return &rpool.conns[p->conn];
 	for (int k = 0; k < rpool.n; k++) {
@@ -238,6 +240,28 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 		c->reloading = true;
 		list_push(&c->redo, cmd);
 		reload_when_quiet(c);
+		return;
+	}
+	if (reply && rpool.require_master && reply->type == REDIS_REPLY_ERROR &&
+	    strncmp(reply->str, "READONLY", 8) == 0) {
+		/* A replica where the master was: the script did not run. The
+		 * connection goes (it reconnects, and ROLE holds it back until
+		 * the sentinels name the master); a repeatable command waits. */
+		if (c->state == RC_READY) {
+			LOG(LOG_WARN, "msg=\"redis answered READONLY: a replica; asking the sentinels again\" "
+			    "conn=%d", c->idx);
+			c->state = RC_DOWN;
+			redisAsyncDisconnect(ac); /* on_disconnect schedules the retry */
+			if (rpool.on_not_master)
+				rpool.on_not_master();
+		}
+		if (cmd->retry_until > timers_now() && !rpool.closing) {
+			unpin(cmd);
+			list_push(&rpool.waiting, cmd);
+			timer_at(&cmd->give_up, cmd->retry_until);
+			return;
+		}
+		rp_deliver(cmd, reply);
 		return;
 	}
 	if (reply && c->reloading && reply->type != REDIS_REPLY_ERROR)

@@ -32,9 +32,14 @@
 #define MAX_ADDRS 8 /* addresses of a resolved host tried in turn */
 #define MAX_PINS 64 /* routes pinned at once (more: not pinned) */
 
+/* How long the pool stays closed for a data-loss check after a failover
+ * when the check never says it is done (its calls time out before). */
+#define CHECK_TIMEOUT_MS 5000
+
 /* Handshake steps that are not a script's SCRIPT LOAD. */
 #define STEP_PLAIN ((intptr_t)-1)
 #define STEP_INFO ((intptr_t)-2)
+#define STEP_ROLE ((intptr_t)-3)
 
 typedef enum rconn_state {
 	RC_DOWN,
@@ -72,6 +77,7 @@ typedef struct rconn {
 	timer_ent_t retry;
 	timer_ent_t watch;
 	uv_getaddrinfo_t gai;
+	unsigned gai_gen;     /* the target generation gai resolves for */
 } rconn_t;
 
 struct rcmd {
@@ -104,6 +110,25 @@ struct rpool_state {
 	void (*on_subscribed)(void);
 	void (*on_up)(void);
 	void (*on_data_loss)(const char *why);
+	void (*on_not_master)(void);
+	void (*on_lost)(void);
+	bool require_master; /* ROLE in the handshake; READONLY drops */
+	/* Where the connections go: the URL's address, or the master that
+	 * rpool_set_target named (none yet: set is false). */
+	struct {
+		bool set;
+		url_kind_t kind;
+		char host[URL_HOST_MAX + 1];
+		int port;
+		char path[URL_PATH_MAX + 1];
+		unsigned gen; /* bumped by every change */
+	} target;
+	/* Closed for the data-loss check after a failover (rpool_check_done):
+	 * only what on_data_loss sends goes out meanwhile. */
+	bool checking;
+	bool in_check_cb;
+	bool loss_gates; /* the loss to report is a failover's: gate it */
+	timer_ent_t check_timer;
 	size_t pending;     /* commands accepted whose callback has not run */
 	cmdlist_t waiting;  /* lost replies waiting for a connection to resend */
 	char sha[SCRIPT__COUNT][41];

@@ -1,20 +1,55 @@
 /*
- * single.c - the seam to Redis (store.h) on its one backend today: a
- * single Redis reached through the connection pool (rpool.c), watched by
- * the canary (canary.c). The names this broker uses in Redis (its inbox
- * channel, its connections' client name) are made here, from the prefix
- * and the broker's id.
+ * single.c - the seam to Redis (store.h) over one master: a single Redis
+ * reached through the connection pool (rpool.c), watched by the canary
+ * (canary.c); with a sentinel:// URL, the master that Redis Sentinel names
+ * (sentinel.c), followed across failovers. The names this broker uses in
+ * Redis (its inbox channel, its connections' client name) are made here,
+ * from the prefix and the broker's id.
+ *
+ * Sentinel: the pool checks ROLE before a connection serves, and a
+ * replica found there (ROLE, or a READONLY reply), a lost connection or a
+ * +switch-master makes the sentinels be asked again. A master other than
+ * the current one is a failover: the pool moves to it, and before it
+ * serves anything else the locks layer checks every lease there
+ * (on_data_loss with STORE_LOSS_FAILOVER; it calls store_loss_checked).
  */
 #include "broker/store/store.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#include "broker/base/log.h"
 #include "broker/base/shared.h"
 #include "broker/store/canary.h"
 #include "broker/store/rpool.h"
+#include "broker/store/sentinel.h"
 
 static store_events_t E;
+static struct {
+	bool sentinel;    /* a sentinel:// URL */
+	bool had_master;  /* a master was named before */
+	char host[URL_HOST_MAX + 1];
+	int port;
+} M;
+
+/* The sentinels named a master (maybe the one we have). */
+static void on_master(const char *host, int port)
+{
+	bool failover = M.had_master;
+
+	if (!rpool_set_target(host, port, failover))
+		return;
+	if (failover) {
+		server.stats.failovers_total++;
+		LOG(LOG_WARN, "msg=\"redis master switched: checking every lease on the new one\" "
+		    "from=%s:%d to=%s:%d", M.host, M.port, host, port);
+	} else {
+		LOG(LOG_INFO, "msg=\"redis master found\" addr=%s:%d", host, port);
+	}
+	M.had_master = true;
+	snprintf(M.host, sizeof(M.host), "%s", host);
+	M.port = port;
+}
 
 void store_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *events)
 {
@@ -27,15 +62,32 @@ void store_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *
 	snprintf(channel, sizeof(channel), "%sinbox:%s", cfg->prefix, server.id);
 	snprintf(name, sizeof(name), "lockbroker-%s", server.id);
 	inbox = (rpool_inbox_t){channel, E.on_wake, E.on_rewatch};
-	cb = (rpool_callbacks_t){E.on_up, E.on_data_loss};
+	memset(&M, 0, sizeof(M));
+	M.sentinel = cfg->redis.kind == URL_SENTINEL;
+	cb = (rpool_callbacks_t){
+		.on_up = E.on_up,
+		.on_data_loss = E.on_data_loss,
+		.on_not_master = M.sentinel ? sentinel_ask : NULL,
+		.on_lost = M.sentinel ? sentinel_ask : NULL,
+		.require_master = M.sentinel,
+	};
 	rpool_init(loop, &cfg->redis, cfg->pool, name, &cb, &inbox);
 	canary_start(E.on_data_loss);
+	if (M.sentinel)
+		sentinel_start(loop, &cfg->redis, on_master);
 }
 
 void store_close(void)
 {
 	canary_stop();
+	if (M.sentinel)
+		sentinel_close();
 	rpool_close();
+}
+
+void store_loss_checked(void)
+{
+	rpool_check_done();
 }
 
 void store_free(void)

@@ -59,6 +59,9 @@
 
 typedef void (*store_fn)(const redisReply *reply, void *priv);
 
+/* The `why` of on_data_loss after a failover to another master. */
+#define STORE_LOSS_FAILOVER "failover"
+
 typedef struct store_events {
 	void (*on_up)(void);                         /* Redis became reachable */
 	void (*on_data_loss)(const char *why);       /* Redis may have lost data */
@@ -74,6 +77,10 @@ void store_close(void);
 /* Frees what the store keeps after it closed (at exit). */
 void store_free(void);
 
+/* The check that on_data_loss(STORE_LOSS_FAILOVER) started (every lease
+ * asked about on the new master) is over: the store serves again. Any
+ * other time: nothing. */
+void store_loss_checked(void);
 /* True when a call can go out now. */
 bool store_up(void);
 /* Calls accepted and not yet answered. */

@@ -374,12 +374,12 @@ Test(resp, leases)
 
 Test(resp, stats)
 {
-	resp_stats_t s = {1, 2, 3, 4, 5, 6, 7, 8, 9, true};
+	resp_stats_t s = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, true};
 	json_t *v = roundtrip(resp_stats(NULL, &s), NULL);
 
 	keys_are(v, "id", "ok", "uptime_s", "connections", "sessions", "leases",
 		 "waiters", "acquired_total", "released_total", "timeouts_total",
-		 "lost_total", "redis", NULL);
+		 "lost_total", "failovers_total", "failover_lost_total", "redis", NULL);
 	cr_assert_eq(ival(v, "uptime_s"), 1);
 	cr_assert_eq(ival(v, "connections"), 2);
 	cr_assert_eq(ival(v, "sessions"), 3);
@@ -389,6 +389,8 @@ Test(resp, stats)
 	cr_assert_eq(ival(v, "released_total"), 7);
 	cr_assert_eq(ival(v, "timeouts_total"), 8);
 	cr_assert_eq(ival(v, "lost_total"), 9);
+	cr_assert_eq(ival(v, "failovers_total"), 10);
+	cr_assert_eq(ival(v, "failover_lost_total"), 11);
 	cr_assert_str_eq(sval(v, "redis"), "up");
 	json_decref(v);
 	s.redis_up = false;

@@ -1,0 +1,495 @@
+/*
+ * sentinel.c - finds and follows the master that Redis Sentinel names
+ * (see sentinel.h).
+ *
+ * Two hiredis async connections to the sentinels, each a struct sconn:
+ *   ask    one per question: AUTH when a sentinel password is set, then
+ *          SENTINEL get-master-addr-by-name NAME. A sentinel that cannot
+ *          be reached, answers an error or nil, or takes longer than
+ *          ASK_TIMEOUT_MS gives way to the next one; a round in which none
+ *          answered is tried again after a backoff (ROUND_MIN_MS doubling
+ *          to ROUND_MAX_MS).
+ *   watch  SUBSCRIBE +switch-master on one sentinel for as long as it
+ *          lives; then the next sentinel, WATCH_RETRY_MS later. Each time
+ *          it subscribes the sentinels are asked too: a switch may have
+ *          been missed meanwhile.
+ *
+ * Every connection attempt bumps its sconn's attempt number; callbacks
+ * carry the number they were made for and ignore themselves when it is
+ * stale, so a late reply of an abandoned connection changes nothing.
+ * hiredis frees a context itself after a failed connect or a disconnect;
+ * we free one only outside its callbacks (timeouts, close) and otherwise
+ * ask it to disconnect. A struct sref per context learns when hiredis
+ * freed it (redis_uv's on_freed), so sconn.ac never dangles.
+ */
+#include "broker/store/sentinel.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/async.h>
+
+#include "broker/base/log.h"
+#include "broker/base/timers.h"
+#include "broker/store/redis_uv.h"
+
+#define ASK_TIMEOUT_MS 1000
+#define ASK_GAP_MS 200
+#define ROUND_MIN_MS 250
+#define ROUND_MAX_MS 2000
+#define WATCH_RETRY_MS 500
+
+struct sconn {
+	const char *role; /* "ask" or "watch", for the log */
+	redisAsyncContext *ac;
+	uv_getaddrinfo_t gai;
+	bool resolving;
+	uintptr_t gai_attempt; /* the attempt the lookup in flight is for */
+	bool reconnect;   /* connect once the stale lookup in flight is back */
+	int idx;          /* the sentinel, an index into the URL's list */
+	uintptr_t attempt; /* bumped by every connect and every abandon */
+	void (*open)(struct sconn *sc);           /* queue the role's commands */
+	void (*fail)(struct sconn *sc, bool in_cb); /* the attempt failed */
+};
+
+/* Tells an sconn that hiredis freed its context. */
+struct sref {
+	struct sconn *sc;
+	redisAsyncContext *ac;
+};
+
+static struct {
+	uv_loop_t *loop;
+	const redis_addr_t *addr;
+	sentinel_master_fn on_master;
+	bool closing;
+	struct sconn ask, watch;
+	bool asking;  /* a round is on */
+	bool again;   /* asked for during the round: one more after it */
+	int tried;    /* sentinels tried in this round */
+	uint32_t round_ms;
+	uint64_t last_round_at;
+	timer_ent_t ask_timeout, ask_later, watch_later;
+} S;
+
+static void sconn_connect(struct sconn *sc, int idx);
+
+static const host_port_t *sentinel_of(const struct sconn *sc)
+{
+	return &S.addr->sentinels[sc->idx];
+}
+
+static void on_freed(void *priv)
+{
+	struct sref *ref = priv;
+
+	if (ref->sc->ac == ref->ac)
+		ref->sc->ac = NULL;
+	free(ref);
+}
+
+/* Gives up the current connection. in_cb: called from one of its own
+ * callbacks (hiredis then frees it after a disconnect request). */
+static void sconn_abandon(struct sconn *sc, bool in_cb)
+{
+	redisAsyncContext *ac = sc->ac;
+
+	sc->attempt++;
+	sc->ac = NULL;
+	if (!ac)
+		return;
+	if (in_cb)
+		redisAsyncDisconnect(ac);
+	else
+		redisAsyncFree(ac); /* pending callbacks run, stale */
+}
+
+static struct sconn *sconn_of(const redisAsyncContext *ac, void *priv)
+{
+	struct sconn *sc = ac->data;
+
+	return sc && sc->ac == ac && (uintptr_t)priv == sc->attempt ? sc : NULL;
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+	struct sconn *sc = ac->data;
+
+	if (status == REDIS_OK || !sc || sc->ac != ac)
+		return;
+	LOG(LOG_WARN, "msg=\"sentinel unreachable\" role=%s sentinel=%s:%d err=\"%s\"", sc->role,
+	    sentinel_of(sc)->host, sentinel_of(sc)->port, ac->errstr);
+	sc->attempt++;
+	sc->ac = NULL; /* hiredis frees it after this */
+	sc->fail(sc, false);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+	struct sconn *sc = ac->data;
+
+	(void)status;
+	if (!sc || sc->ac != ac)
+		return; /* abandoned already */
+	LOG(LOG_WARN, "msg=\"sentinel connection lost\" role=%s sentinel=%s:%d", sc->role,
+	    sentinel_of(sc)->host, sentinel_of(sc)->port);
+	sc->attempt++;
+	sc->ac = NULL;
+	sc->fail(sc, false);
+}
+
+static void on_auth(redisAsyncContext *ac, void *r, void *priv)
+{
+	struct sconn *sc = sconn_of(ac, priv);
+	redisReply *reply = r;
+
+	if (!sc || !reply || reply->type != REDIS_REPLY_ERROR)
+		return;
+	LOG(LOG_WARN, "msg=\"sentinel refused the password\" role=%s sentinel=%s:%d", sc->role,
+	    sentinel_of(sc)->host, sentinel_of(sc)->port);
+	sconn_abandon(sc, true);
+	sc->fail(sc, true);
+}
+
+static void sconn_open(struct sconn *sc, const char *ip)
+{
+	redisAsyncContext *ac = redisAsyncConnect(ip, sentinel_of(sc)->port);
+	struct sref *ref;
+
+	REQUIRE(ac != NULL);
+	if (ac->err) {
+		LOG(LOG_WARN, "msg=\"sentinel unreachable\" role=%s sentinel=%s:%d err=\"%s\"", sc->role,
+		    sentinel_of(sc)->host, sentinel_of(sc)->port, ac->errstr);
+		redisAsyncFree(ac);
+		sc->fail(sc, false);
+		return;
+	}
+	ref = xmalloc(sizeof(*ref));
+	*ref = (struct sref){sc, ac};
+	if (redis_uv_attach(ac, S.loop, on_freed, ref) != REDIS_OK) {
+		free(ref);
+		redisAsyncFree(ac);
+		sc->fail(sc, false);
+		return;
+	}
+	ac->data = sc;
+	redisAsyncSetConnectCallback(ac, on_connect);
+	redisAsyncSetDisconnectCallback(ac, on_disconnect);
+	sc->ac = ac;
+	if (S.addr->sentinel_password) {
+		const char *argv[2] = {"AUTH", S.addr->sentinel_password};
+		size_t argvlen[2] = {4, strlen(S.addr->sentinel_password)};
+		redisAsyncCommandArgv(ac, on_auth, (void *)sc->attempt, 2, argv, argvlen);
+	}
+	sc->open(sc);
+}
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+	struct sconn *sc = (struct sconn *)((char *)req - offsetof(struct sconn, gai));
+	char ip[64] = "";
+
+	sc->resolving = false;
+	for (struct addrinfo *ai = status == 0 ? res : NULL; ai && !ip[0]; ai = ai->ai_next) {
+		if (ai->ai_family == AF_INET6)
+			uv_ip6_name((const struct sockaddr_in6 *)ai->ai_addr, ip, sizeof(ip));
+		else if (ai->ai_family == AF_INET)
+			uv_ip4_name((const struct sockaddr_in *)ai->ai_addr, ip, sizeof(ip));
+	}
+	uv_freeaddrinfo(res);
+	if (S.closing)
+		return;
+	if (sc->gai_attempt != sc->attempt) {
+		/* Abandoned while it resolved (a timeout): the gai request is
+		 * free again for the attempt that waits for it. */
+		if (sc->reconnect) {
+			sc->reconnect = false;
+			sconn_connect(sc, sc->idx);
+		}
+		return;
+	}
+	if (!ip[0]) {
+		LOG(LOG_WARN, "msg=\"cannot resolve the sentinel\" role=%s sentinel=%s:%d err=\"%s\"",
+		    sc->role, sentinel_of(sc)->host, sentinel_of(sc)->port,
+		    status ? uv_strerror(status) : "no address");
+		sc->fail(sc, false);
+		return;
+	}
+	sconn_open(sc, ip);
+}
+
+static void sconn_connect(struct sconn *sc, int idx)
+{
+	const char *host;
+	struct in6_addr a6;
+	struct addrinfo hints;
+	int rc;
+
+	sc->idx = idx;
+	sc->attempt++;
+	if (sc->resolving) {
+		sc->reconnect = true; /* one gai request per sconn: on_resolved */
+		return;
+	}
+	host = sentinel_of(sc)->host;
+	if (uv_inet_pton(AF_INET, host, &a6) == 0 || uv_inet_pton(AF_INET6, host, &a6) == 0) {
+		sconn_open(sc, host);
+		return;
+	}
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	sc->gai_attempt = sc->attempt;
+	rc = uv_getaddrinfo(S.loop, &sc->gai, on_resolved, host, NULL, &hints);
+	if (rc != 0) {
+		LOG(LOG_WARN, "msg=\"cannot resolve the sentinel\" role=%s sentinel=%s:%d err=\"%s\"",
+		    sc->role, host, sentinel_of(sc)->port, uv_strerror(rc));
+		sc->fail(sc, false);
+		return;
+	}
+	sc->resolving = true;
+}
+
+/* ---- asking ------------------------------------------------------------------ */
+
+static void start_round(void)
+{
+	S.asking = true;
+	S.again = false;
+	S.tried = 0;
+	S.last_round_at = timers_now();
+	timer_at(&S.ask_timeout, timers_now() + ASK_TIMEOUT_MS);
+	sconn_connect(&S.ask, S.ask.idx);
+}
+
+void sentinel_ask(void)
+{
+	uint64_t now = timers_now();
+
+	if (S.closing || !S.addr)
+		return;
+	if (S.asking) {
+		S.again = true;
+		return;
+	}
+	if (timer_active(&S.ask_later))
+		return; /* a round is due soon anyway */
+	if (S.last_round_at && now < S.last_round_at + ASK_GAP_MS) {
+		timer_at(&S.ask_later, S.last_round_at + ASK_GAP_MS);
+		return;
+	}
+	start_round();
+}
+
+static void on_ask_later(timer_ent_t *t)
+{
+	(void)t;
+	sentinel_ask();
+}
+
+/* The sentinel asked did not answer usefully: the next one, or, after a
+ * round of them, a backoff. */
+static void ask_fail(struct sconn *sc, bool in_cb)
+{
+	if (S.closing || !S.asking)
+		return;
+	if (sc->ac)
+		sconn_abandon(sc, in_cb);
+	sc->idx = (sc->idx + 1) % S.addr->nsentinels;
+	if (++S.tried < S.addr->nsentinels) {
+		timer_at(&S.ask_timeout, timers_now() + ASK_TIMEOUT_MS);
+		sconn_connect(sc, sc->idx);
+		return;
+	}
+	S.asking = false;
+	S.again = false;
+	timer_cancel(&S.ask_timeout);
+	LOG(LOG_WARN, "msg=\"no sentinel named the master; asking again later\" master=\"%s\" in_ms=%u",
+	    S.addr->master_name, (unsigned)S.round_ms);
+	timer_at(&S.ask_later, timers_now() + S.round_ms);
+	S.round_ms = S.round_ms * 2 > ROUND_MAX_MS ? ROUND_MAX_MS : S.round_ms * 2;
+}
+
+static void on_ask_timeout(timer_ent_t *t)
+{
+	(void)t;
+	if (!S.asking)
+		return;
+	LOG(LOG_WARN, "msg=\"sentinel did not answer in time\" sentinel=%s:%d", sentinel_of(&S.ask)->host,
+	    sentinel_of(&S.ask)->port);
+	sconn_abandon(&S.ask, false); /* a lookup in flight is dropped when back */
+	ask_fail(&S.ask, false);
+}
+
+/* "host" and "port" as a sentinel names them; 0 when they are not. */
+static int parse_port(const char *s, size_t len)
+{
+	int port = 0;
+
+	if (len == 0 || len > 5)
+		return 0;
+	for (size_t k = 0; k < len; k++) {
+		if (s[k] < '0' || s[k] > '9')
+			return 0;
+		port = port * 10 + (s[k] - '0');
+	}
+	return port >= 1 && port <= 65535 ? port : 0;
+}
+
+static void on_ask_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+	struct sconn *sc = sconn_of(ac, priv);
+	redisReply *reply = r;
+	char host[URL_HOST_MAX + 1];
+	int port;
+
+	if (!sc || !reply)
+		return; /* stale, or the disconnect callback reports it */
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+	    reply->element[0]->type != REDIS_REPLY_STRING ||
+	    reply->element[1]->type != REDIS_REPLY_STRING || reply->element[0]->len == 0 ||
+	    reply->element[0]->len > URL_HOST_MAX ||
+	    !(port = parse_port(reply->element[1]->str, reply->element[1]->len))) {
+		LOG(LOG_WARN, "msg=\"sentinel does not name the master\" sentinel=%s:%d master=\"%s\" "
+		    "reply=\"%.60s\"", sentinel_of(sc)->host, sentinel_of(sc)->port, S.addr->master_name,
+		    reply->type == REDIS_REPLY_ERROR ? reply->str : "nil or malformed");
+		sconn_abandon(sc, true);
+		ask_fail(sc, true);
+		return;
+	}
+	memcpy(host, reply->element[0]->str, reply->element[0]->len);
+	host[reply->element[0]->len] = '\0';
+	sconn_abandon(sc, true);
+	S.asking = false;
+	S.round_ms = ROUND_MIN_MS;
+	timer_cancel(&S.ask_timeout);
+	S.on_master(host, port);
+	if (S.again) {
+		S.again = false;
+		sentinel_ask();
+	}
+}
+
+static void ask_open(struct sconn *sc)
+{
+	redisAsyncCommand(sc->ac, on_ask_reply, (void *)sc->attempt, "SENTINEL get-master-addr-by-name %s",
+	                  S.addr->master_name);
+}
+
+/* ---- watching ---------------------------------------------------------------- */
+
+static void watch_fail(struct sconn *sc, bool in_cb)
+{
+	if (S.closing)
+		return;
+	if (sc->ac)
+		sconn_abandon(sc, in_cb);
+	sc->idx = (sc->idx + 1) % S.addr->nsentinels;
+	timer_at(&S.watch_later, timers_now() + WATCH_RETRY_MS);
+	sentinel_ask(); /* a switch may be missed while nobody watches */
+}
+
+static void on_watch_later(timer_ent_t *t)
+{
+	(void)t;
+	if (!S.closing)
+		sconn_connect(&S.watch, S.watch.idx);
+}
+
+/* "+switch-master" payload: NAME OLDIP OLDPORT NEWIP NEWPORT. */
+static void on_switch(const char *msg, size_t len)
+{
+	const char *f[5];
+	size_t flen[5];
+	size_t k = 0, n = 0;
+	char host[URL_HOST_MAX + 1];
+	int port;
+
+	while (n < 5 && k < len) {
+		f[n] = msg + k;
+		while (k < len && msg[k] != ' ')
+			k++;
+		flen[n] = (size_t)(msg + k - f[n]);
+		n++;
+		k++;
+	}
+	if (n != 5 || flen[0] != strlen(S.addr->master_name) ||
+	    memcmp(f[0], S.addr->master_name, flen[0]) != 0)
+		return; /* another master's switch, or not one */
+	if (flen[3] == 0 || flen[3] > URL_HOST_MAX || !(port = parse_port(f[4], flen[4])))
+		return;
+	memcpy(host, f[3], flen[3]);
+	host[flen[3]] = '\0';
+	LOG(LOG_WARN, "msg=\"sentinel announced a new master\" master=\"%s\" addr=%s:%d",
+	    S.addr->master_name, host, port);
+	S.on_master(host, port);
+}
+
+static void on_watch_msg(redisAsyncContext *ac, void *r, void *priv)
+{
+	struct sconn *sc = sconn_of(ac, priv);
+	redisReply *reply = r;
+
+	if (!sc || !reply)
+		return;
+	if (reply->type == REDIS_REPLY_ERROR) {
+		LOG(LOG_WARN, "msg=\"sentinel refused the subscription\" sentinel=%s:%d err=\"%.100s\"",
+		    sentinel_of(sc)->host, sentinel_of(sc)->port, reply->str);
+		watch_fail(sc, true);
+		return;
+	}
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3 ||
+	    reply->element[0]->type != REDIS_REPLY_STRING)
+		return;
+	if (strcmp(reply->element[0]->str, "subscribe") == 0) {
+		LOG(LOG_INFO, "msg=\"watching sentinel for master switches\" sentinel=%s:%d",
+		    sentinel_of(sc)->host, sentinel_of(sc)->port);
+		sentinel_ask();
+		return;
+	}
+	if (strcmp(reply->element[0]->str, "message") == 0 &&
+	    reply->element[2]->type == REDIS_REPLY_STRING)
+		on_switch(reply->element[2]->str, reply->element[2]->len);
+}
+
+static void watch_open(struct sconn *sc)
+{
+	redisAsyncCommand(sc->ac, on_watch_msg, (void *)sc->attempt, "SUBSCRIBE +switch-master");
+}
+
+/* ---- life ---------------------------------------------------------------------- */
+
+void sentinel_start(uv_loop_t *loop, const redis_addr_t *addr, sentinel_master_fn on_master)
+{
+	memset(&S, 0, sizeof(S));
+	S.loop = loop;
+	S.addr = addr;
+	S.on_master = on_master;
+	S.round_ms = ROUND_MIN_MS;
+	S.ask = (struct sconn){.role = "ask", .open = ask_open, .fail = ask_fail};
+	S.watch = (struct sconn){.role = "watch", .open = watch_open, .fail = watch_fail};
+	timer_init(&S.ask_timeout, on_ask_timeout);
+	timer_init(&S.ask_later, on_ask_later);
+	timer_init(&S.watch_later, on_watch_later);
+	sconn_connect(&S.watch, 0);
+	sentinel_ask();
+}
+
+void sentinel_close(void)
+{
+	struct sconn *all[2] = {&S.ask, &S.watch};
+
+	if (!S.addr || S.closing)
+		return;
+	S.closing = true;
+	timer_cancel(&S.ask_timeout);
+	timer_cancel(&S.ask_later);
+	timer_cancel(&S.watch_later);
+	for (int k = 0; k < 2; k++) {
+		if (all[k]->resolving)
+			uv_cancel((uv_req_t *)&all[k]->gai);
+		sconn_abandon(all[k], false);
+	}
+}

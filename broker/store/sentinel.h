@@ -1,0 +1,32 @@
+/*
+ * sentinel.h - finds the master that Redis Sentinel names for a master
+ * name, and follows it (sentinel:// URLs).
+ *
+ * Asking: SENTINEL get-master-addr-by-name, one sentinel after another in
+ * the URL's order until one answers; after a round where none did, again
+ * after a backoff. Watching: one sentinel at a time is subscribed to
+ * +switch-master; when it goes, the next one is. Every address learnt
+ * either way goes to on_master; the caller decides whether it is news.
+ * Host names are resolved off the loop.
+ *
+ * Ownership: addr (the URL, with the sentinel password) must outlive the
+ * module; the strings passed to on_master are valid during the call.
+ */
+#ifndef LB_BROKER_STORE_SENTINEL_H
+#define LB_BROKER_STORE_SENTINEL_H
+
+#include <uv.h>
+
+#include "broker/base/url.h"
+
+typedef void (*sentinel_master_fn)(const char *host, int port);
+
+/* Starts watching and asks at once. */
+void sentinel_start(uv_loop_t *loop, const redis_addr_t *addr, sentinel_master_fn on_master);
+/* Asks the sentinels again now (the master may have moved): at most one
+ * round at a time, and not more often than every SENTINEL_ASK_GAP_MS. */
+void sentinel_ask(void);
+/* Closes every connection to the sentinels; nothing is reported after. */
+void sentinel_close(void);
+
+#endif
