@@ -168,7 +168,8 @@ static void on_released_quietly(const redisReply *reply, void *priv)
 	free(q);
 }
 
-void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until)
+static void release_quietly(const char *lock, size_t lock_len, const char *token, bool all,
+                            int64_t seq, uint64_t until)
 {
 	struct quiet_release *q = xmalloc(sizeof(*q) + lock_len);
 	lockscript_t ls;
@@ -178,8 +179,8 @@ void lease_release_in_redis(const char *lock, size_t lock_len, const char *token
 	memcpy(q->lock, lock, lock_len);
 	lockscript_begin(&ls, lock, lock_len, LOCK_NKEYS, true);
 	lockscript_arg(&ls, token, LEASE_TOKEN_LEN);
-	lockscript_str(&ls, "1");
-	lockscript_str(&ls, "0");
+	lockscript_str(&ls, all ? "1" : "0");
+	lockscript_int(&ls, seq);
 	lockscript_retry_until(&ls, until);
 	if (lockscript_send(&ls, SCRIPT_RELEASE, on_released_quietly, q) < 0) {
 		char tb[LOG_TOKEN_LEN];
@@ -187,6 +188,16 @@ void lease_release_in_redis(const char *lock, size_t lock_len, const char *token
 		LOG(LOG_WARN, "msg=\"redis down: lease left to expire by its TTL\" lease=%s",
 		    log_token(token, tb));
 	}
+}
+
+void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until)
+{
+	release_quietly(lock, lock_len, token, true, 0, until);
+}
+
+void lease_release_level_in_redis(lease_t *l, uint64_t until)
+{
+	release_quietly(l->lock, l->lock_len, l->token, false, ++l->opseq, until);
 }
 
 static bool lost_match(const htab_node_t *n, const void *key)

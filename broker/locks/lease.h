@@ -104,6 +104,9 @@ void lease_set_grants_sink(lease_grants_fn fn);
  * lost reply is sent again until `until` (uv_now ms: when the holder has
  * ended by its TTL anyway); with Redis down until then it ends so. */
 void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until);
+/* Drops one level of l in Redis (a re-entry taken back), with the next op
+ * seq; the answer is not awaited, lost replies are resent until `until`. */
+void lease_release_level_in_redis(lease_t *l, uint64_t until);
 
 /* True when this broker reported the lease of token lost (recently: the
  * last LEASE_LOST_KEPT tokens of the last LEASE_LOST_KEEP_MS). */

@@ -196,6 +196,13 @@ static void on_extend_reply(const redisReply *r, void *priv)
 
 	if (!lease_reply_or_answer(c, r, "extend", &ms, &l))
 		return;
+	if (!store_replicated()) {
+		/* The master has it, too few replicas do: a failover could undo
+		 * it, so the lease keeps the end it had here. */
+		opctx_fail(c, LB_E_UNAVAILABLE,
+		           "the extension was not acknowledged by enough replicas in time");
+		return;
+	}
 	opctx_reply_int(r, 1, &hold);
 	if (l)
 		watchdog_confirmed(l, c->sent_at, ms, hold);

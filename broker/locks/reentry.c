@@ -9,8 +9,10 @@
 
 #include "broker/base/counters.h"
 #include "broker/base/timers.h"
+#include "broker/locks/lease.h"
 #include "broker/locks/opctx.h"
 #include "broker/store/lockscript.h"
+#include "broker/store/store.h"
 #include "protocol/resp.h"
 
 static void on_reentered(const redisReply *r, void *priv)
@@ -35,6 +37,15 @@ static void on_reentered(const redisReply *r, void *priv)
 		if (l)
 			lease_lost(l, "gone");
 		opctx_fail(c, LB_E_NOT_HELD, "the lease this acquire re-enters is gone");
+		return;
+	}
+	if (!store_replicated()) {
+		/* Too few replicas have the new count: a failover could lose
+		 * it and free the lock at the holder's next release. Taken
+		 * back; the holder keeps the levels it had. */
+		lease_release_level_in_redis(l, timers_now() + LB_RESOLVE_MS);
+		opctx_fail(c, LB_E_UNAVAILABLE,
+		           "the re-entry was not acknowledged by enough replicas in time; it was taken back");
 		return;
 	}
 	l->count = count;

@@ -101,6 +101,8 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 	char tb[LOG_TOKEN_LEN];
 
 	server.stats.acquired_total++;
+	if (fence > server.fence_high)
+		server.fence_high = fence;
 	if (w->end != WEND_NONE || !client_open(s)) {
 		/* Nobody takes it any more: give it back at once. */
 		lease_release_in_redis(w->wl->name, w->wl->len, w->id,
@@ -110,13 +112,22 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 		wq_finish_failed(w);
 		return;
 	}
+	if (!store_replicated()) {
+		/* WAIT did not find it on --redis-wait-replicas replicas in
+		 * time: a failover could lose it, so it is not handed out. */
+		lease_release_in_redis(w->wl->name, w->wl->len, w->id,
+		                       sent_at + (uint64_t)ttl_granted + LEASE_RELEASE_SLACK_MS);
+		server.stats.released_total++;
+		wq_answer_error(w, LB_E_UNAVAILABLE,
+		                "the grant was not acknowledged by enough replicas in time; it was given back");
+		wq_finish_failed(w);
+		return;
+	}
 	if (!w->detach) {
 		l = lease_new(s, w->id, w->wl->name, w->wl->len, w->owner, w->owner_len, w->mode, fence,
 		              w->ttl_ms, w->watchdog);
 		watchdog_start(l, sent_at, ttl_granted, hold_ms);
 	}
-	if (fence > server.fence_high)
-		server.fence_high = fence;
 	LOG(LOG_DEBUG, "msg=\"acquired\" session=%s lease=%s fence=%" PRId64 "%s", s->name,
 	    log_token(w->id, tb), fence, w->detach ? " detached=1" : "");
 	if (w->detach && timers_now() - w->pointer_at >= LB_INDEX_REFRESH_MS &&

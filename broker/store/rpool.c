@@ -335,11 +335,11 @@ static void on_watch(timer_ent_t *t)
 	}
 	if (c->state != RC_READY || c->pending == 0)
 		return;
-	if (now - c->progress_at >= COMMAND_TIMEOUT_MS) {
+	if (now - c->progress_at >= rpool.cmd_timeout_ms) {
 		rconn_drop(c, "command timeout");
 		return;
 	}
-	timer_at(&c->watch, c->progress_at + COMMAND_TIMEOUT_MS);
+	timer_at(&c->watch, c->progress_at + rpool.cmd_timeout_ms);
 }
 
 void rp_send_script_load(redisAsyncContext *ac, redisCallbackFn *fn, void *priv, script_id_t id)
@@ -511,6 +511,18 @@ void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, const char *na
 	rpool.on_not_master = cb->on_not_master;
 	rpool.on_lost = cb->on_lost;
 	rpool.require_master = cb->require_master;
+	rpool.cmd_timeout_ms = COMMAND_TIMEOUT_MS;
+	if (cb->wait_replicas > 0) {
+		char n[16], t[24];
+		int nl = snprintf(n, sizeof(n), "%d", cb->wait_replicas);
+		int tl = snprintf(t, sizeof(t), "%lld", (long long)cb->wait_ms);
+		rpool.wait_replicas = cb->wait_replicas;
+		rpool.wait_ms = cb->wait_ms;
+		rpool.cmd_timeout_ms += (uint64_t)cb->wait_ms;
+		rpool.wait_cmd_len = (size_t)snprintf(rpool.wait_cmd, sizeof(rpool.wait_cmd),
+		                                      "*3\r\n$4\r\nWAIT\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", nl, n,
+		                                      tl, t);
+	}
 	timer_init(&rpool.check_timer, on_check_timeout);
 	if (addr->kind != URL_SENTINEL) {
 		rpool.target.set = true;

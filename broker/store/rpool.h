@@ -58,6 +58,10 @@ typedef struct rpool_callbacks {
 	/* Check with ROLE that the server is a master before a connection
 	 * serves, and take a READONLY reply as a connection to a replica. */
 	bool require_master;
+	/* WAIT wait_replicas wait_ms behind every command sent with wait
+	 * (0: never), on the same connection: see rpool_replicated. */
+	int wait_replicas;
+	int64_t wait_ms;
 } rpool_callbacks_t;
 
 /* Starts connecting n command connections to addr (which must outlive the
@@ -95,6 +99,9 @@ size_t rpool_pending(void);
  * command was accepted (fn will run), or -1 when it was not (fn will not
  * run): no connection is ready and retry_until is not in the future.
  *
+ * wait: WAIT follows it on its connection (when wait_replicas > 0), and
+ * the callback runs once WAIT answered (rpool_replicated says how).
+ *
  * retry_until (uv_now ms; 0 for none): the command is idempotent. While
  * that time has not come, a reply lost with its connection (whether the
  * command ran is unknown) makes it go out again on a connection that is
@@ -103,7 +110,13 @@ size_t rpool_pending(void);
  */
 int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
                const char *const *argv, const size_t *argvlen,
-               store_fn fn, void *priv, uint64_t retry_until);
+               store_fn fn, void *priv, uint64_t retry_until, bool wait);
+
+/* False while a callback runs for a command sent with wait whose WAIT did
+ * not count wait_replicas replicas that have its writes (too few within
+ * wait_ms, an error, or the connection lost before WAIT answered: the
+ * command ran, its writes may be on the master alone). True otherwise. */
+bool rpool_replicated(void);
 
 /* True while a callback runs for a command that went out more than once
  * because a reply was lost: an earlier copy may have run, so a repeatable

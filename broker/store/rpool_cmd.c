@@ -40,6 +40,51 @@
 #include "broker/store/rpool_int.h"
 
 static void on_reply(redisAsyncContext *ac, void *r, void *priv);
+static void on_wait_reply(redisAsyncContext *ac, void *r, void *priv);
+static void reload_when_quiet(rconn_t *c);
+
+/* A deep copy of a reply that outlives its callback (hiredis 0.14 frees
+ * replies when the callback returns); reply_free frees it. */
+static redisReply *reply_copy(const redisReply *r)
+{
+	redisReply *c = xcalloc(1, sizeof(*c));
+
+	c->type = r->type;
+	c->integer = r->integer;
+	if (r->str) {
+		c->str = xmalloc(r->len + 1);
+		memcpy(c->str, r->str, r->len);
+		c->str[r->len] = '\0';
+		c->len = r->len;
+	}
+	if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
+		c->element = xcalloc(r->elements, sizeof(*c->element));
+		c->elements = r->elements;
+		for (size_t k = 0; k < r->elements; k++)
+			c->element[k] = reply_copy(r->element[k]);
+	}
+	return c;
+}
+
+static void reply_free(redisReply *r)
+{
+	if (!r)
+		return;
+	for (size_t k = 0; k < r->elements; k++)
+		reply_free(r->element[k]);
+	free(r->element);
+	free(r->str);
+	free(r);
+}
+
+/* The WAIT sent behind cmd answers nobody now: cmd goes another way. */
+static void wait_detach(rcmd_t *cmd)
+{
+	if (cmd->wref) {
+		cmd->wref->cmd = NULL;
+		cmd->wref = NULL;
+	}
+}
 
 /* ---- command lists ------------------------------------------------------- */
 
@@ -142,6 +187,9 @@ static rconn_t *pick(uint32_t route)
 /* The callback runs, once; the command is done. */
 void rp_deliver(rcmd_t *cmd, const redisReply *reply)
 {
+	redisReply *held = cmd->held;
+
+	wait_detach(cmd);
 	unpin(cmd);
 	rpool.pending--;
 	if (reply)
@@ -149,12 +197,36 @@ void rp_deliver(rcmd_t *cmd, const redisReply *reply)
 	rpool.in_replay = cmd->replayed;
 	cmd->fn(reply, cmd->priv);
 	rpool.in_replay = false;
+	reply_free(held);
 	free(cmd);
 }
 
 bool rpool_replayed(void)
 {
 	return rpool.in_replay;
+}
+
+bool rpool_replicated(void)
+{
+	return !rpool.in_unacked;
+}
+
+/* cmd ran, and its writes are on fewer replicas than asked for (or
+ * nobody could tell): its callback hears so. */
+static void deliver_unacked(rcmd_t *cmd, const redisReply *reply, const char *why)
+{
+	static uint64_t logged_at;
+	uint64_t now = timers_now();
+
+	if (!logged_at || now - logged_at >= 5000) {
+		logged_at = now;
+		LOG(LOG_WARN, "msg=\"a write was not acknowledged by enough replicas\" want=%d why=\"%s\"",
+		    rpool.wait_replicas, why);
+	}
+	rpool.unacked_total++;
+	rpool.in_unacked = true;
+	rp_deliver(cmd, reply);
+	rpool.in_unacked = false;
 }
 
 static int conn_send(rconn_t *c, rcmd_t *cmd)
@@ -168,9 +240,49 @@ static int conn_send(rconn_t *c, rcmd_t *cmd)
 		return -1;
 	if (c->pending++ == 0) {
 		c->progress_at = timers_now();
-		timer_at(&c->watch, c->progress_at + COMMAND_TIMEOUT_MS);
+		timer_at(&c->watch, c->progress_at + rpool.cmd_timeout_ms);
+	}
+	if (cmd->wait && rpool.wait_replicas > 0) {
+		/* Right behind it on the same connection: WAIT counts the
+		 * replicas that have this connection's writes so far. */
+		struct waitref *w = xmalloc(sizeof(*w));
+		w->cmd = cmd;
+		if (redisAsyncFormattedCommand(c->ac, on_wait_reply, w, rpool.wait_cmd,
+		                               rpool.wait_cmd_len) == REDIS_OK) {
+			cmd->wref = w;
+			c->pending++;
+		} else {
+			free(w); /* its reply is then delivered as not acknowledged */
+		}
 	}
 	return 0;
+}
+
+static void on_wait_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+	redisReply *reply = r;
+	struct waitref *w = priv;
+	rcmd_t *cmd = w->cmd;
+	rconn_t *c = ac->data;
+
+	free(w);
+	if (c->pending > 0)
+		c->pending--;
+	if (reply)
+		c->progress_at = timers_now();
+	if (!cmd)
+		return; /* its command went another way */
+	cmd->wref = NULL;
+	if (!cmd->held)
+		return; /* cannot be: the command's reply comes first */
+	if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer >= rpool.wait_replicas)
+		rp_deliver(cmd, cmd->held);
+	else
+		deliver_unacked(cmd, cmd->held, !reply ? "connection lost before WAIT answered"
+		                                : reply->type == REDIS_REPLY_INTEGER ? "too few replicas in time"
+		                                                                     : "WAIT failed");
+	if (reply)
+		reload_when_quiet(c);
 }
 
 static void on_give_up(timer_ent_t *t)
@@ -236,6 +348,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 	if (reply && reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0 &&
 	    !cmd->reloaded && c->state == RC_READY) {
 		/* It did not run: kept, in order, until the scripts are back. */
+		wait_detach(cmd);
 		cmd->reloaded = true;
 		c->reloading = true;
 		list_push(&c->redo, cmd);
@@ -247,6 +360,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 		/* A replica where the master was: the script did not run. The
 		 * connection goes (it reconnects, and ROLE holds it back until
 		 * the sentinels name the master); a repeatable command waits. */
+		wait_detach(cmd);
 		if (c->state == RC_READY) {
 			LOG(LOG_WARN, "msg=\"redis answered READONLY: a replica; asking the sentinels again\" "
 			    "conn=%d", c->idx);
@@ -269,6 +383,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 	if (!reply && cmd->retry_until > timers_now() && !rpool.closing) {
 		/* Its fate is unknown: sent again (it is idempotent); behind
 		 * what this connection kept, when it was reloading. */
+		wait_detach(cmd);
 		cmd->replayed = true;
 		if (c->reloading)
 			list_push(&c->redo, cmd);
@@ -276,7 +391,15 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 			rp_dispatch(cmd);
 		return;
 	}
-	rp_deliver(cmd, reply);
+	if (reply && cmd->wref) {
+		/* Answered once the WAIT behind it is. */
+		cmd->held = reply_copy(reply);
+		return;
+	}
+	if (reply && cmd->wait && rpool.wait_replicas > 0)
+		deliver_unacked(cmd, reply, "WAIT could not be sent");
+	else
+		rp_deliver(cmd, reply);
 	if (reply)
 		reload_when_quiet(c);
 }
@@ -312,7 +435,7 @@ static char *put_bulk(char *p, const char *s, size_t len)
 
 int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
                const char *const *argv, const size_t *argvlen,
-               store_fn fn, void *priv, uint64_t retry_until)
+               store_fn fn, void *priv, uint64_t retry_until, bool wait)
 {
 	rconn_t *c = rpool.closing ? NULL : pick(route);
 	size_t total = 0;
@@ -334,6 +457,9 @@ int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
 	cmd->reloaded = false;
 	cmd->replayed = false;
 	cmd->pinned = false;
+	cmd->wait = wait;
+	cmd->wref = NULL;
+	cmd->held = NULL;
 	cmd->fn = fn;
 	cmd->priv = priv;
 	p = cmd->resp;

@@ -51,6 +51,12 @@ typedef enum rconn_state {
 
 typedef struct rcmd rcmd_t;
 
+/* A WAIT on its way behind the command it is for (NULL: detached, the
+ * command went another way: its answer is dropped). */
+struct waitref {
+	rcmd_t *cmd;
+};
+
 /* Commands in order, oldest first. */
 typedef struct cmdlist {
 	rcmd_t *head, *tail;
@@ -90,6 +96,9 @@ struct rcmd {
 	bool reloaded;        /* sent again after NOSCRIPT already */
 	bool replayed;        /* sent again after a lost reply */
 	bool pinned;          /* holds a pin on its route (see the header) */
+	bool wait;            /* followed by WAIT (rpool_eval's wait) */
+	struct waitref *wref; /* the WAIT sent behind it, not yet answered */
+	redisReply *held;     /* its reply, kept until that WAIT answers */
 	store_fn fn;
 	void *priv;
 	size_t len;
@@ -139,6 +148,13 @@ struct rpool_state {
 	uv_timer_t close_timer; /* bounds rpool_close */
 	bool closing;
 	bool in_replay; /* rpool_replayed() */
+	bool in_unacked; /* !rpool_replicated() */
+	uint64_t unacked_total; /* replies delivered as not acknowledged */
+	int wait_replicas; /* WAIT behind each command sent with wait; 0: none */
+	int64_t wait_ms;
+	uint64_t cmd_timeout_ms; /* COMMAND_TIMEOUT_MS, plus wait_ms */
+	char wait_cmd[64];       /* WAIT N T in RESP */
+	size_t wait_cmd_len;
 	struct pin {
 		uint32_t route;
 		int conn;       /* index into conns */

@@ -70,6 +70,8 @@ void store_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *
 		.on_not_master = M.sentinel ? sentinel_ask : NULL,
 		.on_lost = M.sentinel ? sentinel_ask : NULL,
 		.require_master = M.sentinel,
+		.wait_replicas = cfg->redis_wait_replicas,
+		.wait_ms = cfg->redis_wait_ms,
 	};
 	rpool_init(loop, &cfg->redis, cfg->pool, name, &cb, &inbox);
 	canary_start(E.on_data_loss);
@@ -110,12 +112,21 @@ bool store_replayed(void)
 	return rpool_replayed();
 }
 
+bool store_replicated(void)
+{
+	return rpool_replicated();
+}
+
 int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int nkeys, int argc,
                     const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
                     uint64_t retry_until)
 {
+	/* WAIT (--redis-wait-replicas) behind every call that may grant or
+	 * change a lease; verify and inspect only read. */
+	bool wait = script != SCRIPT_VERIFY && script != SCRIPT_INSPECT;
+
 	return rpool_eval(rpool_route(lock, lock_len), script, nkeys, argc, argv, argvlen, fn, priv,
-	                  retry_until);
+	                  retry_until, wait);
 }
 
 /* The part of key that picks its connection: its hash tag, the way Redis
@@ -150,5 +161,5 @@ int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc
 	memcpy(lens + 1, argvlen, (size_t)argc * sizeof(*argvlen));
 	part = route_part(key, key_len, &part_len);
 	return rpool_eval(rpool_route(part, part_len), script, 1, argc + 1, all, lens, fn, priv,
-	                  retry_until);
+	                  retry_until, false);
 }

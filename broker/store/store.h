@@ -89,6 +89,13 @@ size_t store_pending(void);
  * because a reply was lost: an earlier copy may have run. */
 bool store_replayed(void);
 
+/* False while a callback runs for a lock's call whose writes
+ * --redis-wait-replicas replicas did not acknowledge within
+ * --redis-wait-ms (WAIT behind it on its connection): the call ran on the
+ * master, and a failover may lose what it did. True otherwise, and always
+ * without the flag. */
+bool store_replicated(void);
+
 /* A script on the keys of the lock named lock: argv holds nkeys keys, then
  * the script's args (all copied; lockscript.h builds them). The backend
  * picks where it runs: single, the connection that serves the lock's name,
