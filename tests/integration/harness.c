@@ -140,17 +140,53 @@ static char *xstrdup(const char *s)
 
 const char *lb_tmpdir(void) { return G.dir; }
 
-static int free_tcp_port(void)
+/* Binds 127.0.0.1:port (0: any) and returns the port bound, or -errno. */
+static int bind_probe(int port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert(fd >= 0, "socket: %s", strerror(errno));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "bind: %s", strerror(errno));
     socklen_t len = sizeof(a);
-    cr_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    int rc = 0;
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        rc = -errno;
     close(fd);
-    return ntohs(a.sin_port);
+    return rc < 0 ? rc : ntohs(a.sin_port);
+}
+
+int lb_try_free_tcp_port(int lo, int hi)
+{
+    if (lo <= 0 || hi <= lo) {
+        int p = bind_probe(0);
+        if (p < 0)
+            errno = -p;
+        return p < 0 ? -1 : p;
+    }
+    /* Random starting points, then a sweep: two binaries picking at once
+     * rarely collide, and a busy range still yields a port. */
+    static unsigned seed; /* kept: calls within one ms pick different ports */
+    if (!seed)
+        seed = ((unsigned)getpid() << 16) ^ (unsigned)lb_now_ms();
+    for (int k = 0; k < 64; k++) {
+        int p = lo + (int)(rand_r(&seed) % (unsigned)(hi - lo));
+        if (bind_probe(p) == p)
+            return p;
+    }
+    for (int p = lo; p < hi; p++)
+        if (bind_probe(p) == p)
+            return p;
+    errno = EADDRINUSE;
+    return -1;
+}
+
+int lb_free_tcp_port(void)
+{
+    int p = lb_try_free_tcp_port(0, 0);
+    cr_assert(p > 0, "no free TCP port on 127.0.0.1: %s", strerror(errno));
+    return p;
 }
 
 static pid_t spawn(const char *const argv[], const char *logpath)
@@ -455,7 +491,7 @@ lb_redis *lb_redis_start(bool tcp)
     int n = ++G.seq;
     r->tcp = tcp;
     if (tcp) {
-        r->port = free_tcp_port();
+        r->port = lb_free_tcp_port();
         snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
     } else {
         snprintf(r->sock, sizeof(r->sock), "%s/redis%d.sock", G.dir, n);
@@ -790,7 +826,7 @@ static void broker_spawn(lb_broker *b)
     if (!bin || !*bin)
         bin = "build/san/lockbrokerd";
     int n = ++G.seq;
-    b->port = free_tcp_port();
+    b->port = lb_free_tcp_port();
     snprintf(b->unix_path, sizeof(b->unix_path), "%s/b%d.sock", G.dir, n);
     snprintf(b->log, sizeof(b->log), "%s/broker%d.log", G.dir, n);
     char tcp_url[64], unix_url[PATH_MAX + 16];

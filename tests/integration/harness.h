@@ -54,6 +54,18 @@ const char *lb_tmpdir(void);
 int64_t lb_now_ms(void);
 void lb_sleep_ms(int64_t ms);
 
+/* ---- ports ---------------------------------------------------------------- */
+
+/* A TCP port of 127.0.0.1 that was free a moment ago (bind to port 0, then
+ * close): may be taken again before it is used. Fails the test if none. */
+int lb_free_tcp_port(void);
+/* The same without asserting (usable outside a test, e.g. in a Criterion
+ * report hook): lo/hi 0 pick as above; otherwise a free port in [lo, hi),
+ * which lets a caller stay out of the kernel's ephemeral range (a process
+ * restarted on the same port then never finds it taken by some outgoing
+ * connection). Returns -1 (errno set) if none. */
+int lb_try_free_tcp_port(int lo, int hi);
+
 /* ---- redis-server --------------------------------------------------------- */
 
 typedef struct lb_redis lb_redis;
