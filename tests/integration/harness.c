@@ -45,7 +45,8 @@ struct lb_redis {
 
 struct lb_broker {
     pid_t pid;
-    lb_redis *redis;
+    lb_redis *redis;          /* NULL when started with an explicit URL */
+    char *url;                /* lb_broker_start_url's --redis; else NULL */
     int port;
     char unix_path[PATH_MAX];
     char log[PATH_MAX];
@@ -381,6 +382,7 @@ void lb_teardown(void)
         for (int k = 0; k < b->nextra; k++)
             free(b->extra[k]);
         free(b->secret);
+        free(b->url);
         free(b);
     }
     G.nbrokers = 0;
@@ -836,7 +838,7 @@ static void broker_spawn(lb_broker *b)
     int k = 0;
     argv[k++] = bin;
     argv[k++] = "--redis";
-    argv[k++] = b->redis->url;
+    argv[k++] = b->redis ? b->redis->url : b->url;
     argv[k++] = "--listen";
     argv[k++] = tcp_url;
     argv[k++] = "--listen";
@@ -879,14 +881,17 @@ static void broker_spawn(lb_broker *b)
     }
 }
 
-static lb_broker *broker_vstart(lb_redis *r, bool wait_redis, va_list ap)
+/* r, or else url (copied), is what --redis names. */
+static lb_broker *broker_vstart(lb_redis *r, const char *url, bool wait_redis, va_list ap)
 {
     cr_assert(G.active, "lb_setup was not run (use LB_TEST)");
     cr_assert(G.nbrokers < (int)(sizeof(G.brokers) / sizeof(G.brokers[0])));
+    cr_assert(r || url, "a broker needs a redis-server or a --redis URL");
     lb_broker *b = calloc(1, sizeof(*b));
     if (!b)
         abort();
     b->redis = r;
+    b->url = r ? NULL : xstrdup(url);
     b->wait_redis = wait_redis;
     G.brokers[G.nbrokers++] = b;
     const char *a;
@@ -905,7 +910,7 @@ lb_broker *lb_broker_start(lb_redis *r, ...)
 {
     va_list ap;
     va_start(ap, r);
-    lb_broker *b = broker_vstart(r, true, ap);
+    lb_broker *b = broker_vstart(r, NULL, true, ap);
     va_end(ap);
     return b;
 }
@@ -914,7 +919,16 @@ lb_broker *lb_broker_start_no_redis_wait(lb_redis *r, ...)
 {
     va_list ap;
     va_start(ap, r);
-    lb_broker *b = broker_vstart(r, false, ap);
+    lb_broker *b = broker_vstart(r, NULL, false, ap);
+    va_end(ap);
+    return b;
+}
+
+lb_broker *lb_broker_start_url(const char *redis_url, ...)
+{
+    va_list ap;
+    va_start(ap, redis_url);
+    lb_broker *b = broker_vstart(NULL, redis_url, true, ap);
     va_end(ap);
     return b;
 }

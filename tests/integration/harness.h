@@ -115,6 +115,10 @@ typedef struct lb_broker lb_broker;
  * request answers ok with "redis":"up". If the extra flags contain
  * --auth-file, the readiness check says hello with the file's secret first. */
 lb_broker *lb_broker_start(lb_redis *r, ...) __attribute__((sentinel));
+/* Like lb_broker_start with an explicit --redis URL (e.g. a sentinel://
+ * one) instead of a harness redis-server; same readiness (stats ok with
+ * "redis":"up"), same stop, restart and teardown. */
+lb_broker *lb_broker_start_url(const char *redis_url, ...) __attribute__((sentinel));
 /* Start, but only wait until the broker answers stats (any "redis" value). */
 lb_broker *lb_broker_start_no_redis_wait(lb_redis *r, ...) __attribute__((sentinel));
 /* SIGTERM, wait 10 s (then SIGKILL and fail); assert exit status 0. */
