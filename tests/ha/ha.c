@@ -1,0 +1,538 @@
+/*
+ * ha: the tests' view of the HA topology (see ha.h for the contract).
+ *
+ * Runs in a Criterion test worker: the environment (set by the runner,
+ * topo.h) says where things are, the pid files say which processes run,
+ * and the sentinels say which node is master; all are read again on each
+ * call, since a previous test may have changed anything. Processes are
+ * started through the keeper (keeper.c), never as this worker's children,
+ * so they outlive the test.
+ *
+ * Owned here, freed by ha_teardown: one cached connection per node or
+ * sentinel (remade when its process changed) and a list of handed-out
+ * replies and strings.
+ */
+#include "tests/ha/ha.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/ha/topo.h"
+
+#define NCONN (TOPO_NODES + TOPO_SENTINELS)
+
+typedef struct {
+    void *p;
+    void (*fn)(void *);
+} kept_t;
+
+static struct {
+    topo t;
+    struct {
+        int port;
+        pid_t pid;
+        redisContext *c;
+    } conn[NCONN];
+    kept_t *kept;
+    size_t nkept, capkept;
+} H;
+
+/* ---- small utilities ------------------------------------------------------------ */
+
+static const topo *env(void)
+{
+    char err[512];
+    cr_assert(topo_load(&H.t, err, sizeof(err)) == 0, "%s", err);
+    return &H.t;
+}
+
+static void keep(void *p, void (*fn)(void *))
+{
+    if (H.nkept == H.capkept) {
+        H.capkept = H.capkept ? H.capkept * 2 : 32;
+        H.kept = realloc(H.kept, H.capkept * sizeof(*H.kept));
+        if (!H.kept)
+            abort();
+    }
+    H.kept[H.nkept++] = (kept_t){p, fn};
+}
+
+static void free_reply_void(void *p) { freeReplyObject(p); }
+
+static const char *keep_str(const char *s)
+{
+    char *d = strdup(s);
+    if (!d)
+        abort();
+    keep(d, free);
+    return d;
+}
+
+static void drop_conn(int port)
+{
+    for (int i = 0; i < NCONN; i++)
+        if (H.conn[i].c && H.conn[i].port == port) {
+            redisFree(H.conn[i].c);
+            H.conn[i].c = NULL;
+        }
+}
+
+static void drop_conns(void)
+{
+    for (int i = 0; i < NCONN; i++)
+        if (H.conn[i].c) {
+            redisFree(H.conn[i].c);
+            H.conn[i].c = NULL;
+        }
+}
+
+static int sentinel_index(const topo *t, int port)
+{
+    for (int i = 0; i < TOPO_SENTINELS; i++)
+        if (t->sentinel[i] == port)
+            return i;
+    return -1;
+}
+
+/* The cached connection to port (a node or a sentinel of t). */
+static redisContext *conn(const topo *t, int port)
+{
+    int si = sentinel_index(t, port);
+    cr_assert(si >= 0 || topo_is_node(t, port), "port %d is no node or sentinel of the topology",
+              port);
+    pid_t pid = si >= 0 ? topo_sentinel_pid(t, si) : topo_node_pid(t, port);
+    cr_assert(pid > 0, "the %s on port %d is not running", si >= 0 ? "sentinel" : "node", port);
+    int slot = si >= 0 ? TOPO_NODES + si : (t->node[0] == port ? 0 : 1);
+    /* An idle connection that is readable was closed by the server (a
+     * sentinel's promotion kills the clients of the promoted replica):
+     * found here, before a command is lost on it. */
+    struct pollfd idle = {.fd = H.conn[slot].c ? H.conn[slot].c->fd : -1, .events = POLLIN};
+    bool closed = H.conn[slot].c && poll(&idle, 1, 0) > 0;
+    if (H.conn[slot].c && (closed || H.conn[slot].c->err || H.conn[slot].pid != pid)) {
+        redisFree(H.conn[slot].c);
+        H.conn[slot].c = NULL;
+    }
+    if (!H.conn[slot].c) {
+        struct timeval tv = {.tv_sec = 2};
+        redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+        cr_assert(c && !c->err, "cannot connect to 127.0.0.1:%d: %s", port,
+                  c ? c->errstr : "out of memory");
+        redisSetTimeout(c, (struct timeval){.tv_sec = 10});
+        H.conn[slot].c = c;
+        H.conn[slot].pid = pid;
+        H.conn[slot].port = port;
+    }
+    return H.conn[slot].c;
+}
+
+static redisReply *vcmd(const topo *t, int port, const char *fmt, va_list ap)
+{
+    redisContext *c = conn(t, port);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    cr_assert(r != NULL, "command '%s' to 127.0.0.1:%d failed: %s", fmt, port, c->errstr);
+    keep(r, free_reply_void);
+    return r;
+}
+
+/* A short-lived command whose failure is only worth a note: the topology
+ * is being mended. */
+static void soft_cmd(int port, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    struct timeval tv = {.tv_sec = 1};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    if (c && !c->err) {
+        redisSetTimeout(c, tv);
+        redisReply *r = redisvCommand(c, fmt, ap);
+        if (r)
+            freeReplyObject(r);
+    }
+    if (c)
+        redisFree(c);
+    va_end(ap);
+}
+
+/* ---- fixture ---------------------------------------------------------------------- */
+
+void ha_setup(void)
+{
+    lb_setup();
+    ha_ready();
+}
+
+void ha_teardown(void)
+{
+    drop_conns();
+    for (size_t i = H.nkept; i > 0; i--)
+        H.kept[i - 1].fn(H.kept[i - 1].p);
+    free(H.kept);
+    H.kept = NULL;
+    H.nkept = H.capkept = 0;
+    lb_teardown();
+}
+
+static void start_node_or_fail(const topo *t, int port, int master)
+{
+    char err[1024];
+    cr_assert(topo_start_node(t, port, master, err, sizeof(err)) > 0, "%s", err);
+}
+
+static void start_sentinel_or_fail(const topo *t, int i)
+{
+    char err[1024];
+    cr_assert(topo_start_sentinel(t, i, err, sizeof(err)) > 0, "%s", err);
+}
+
+static bool failover_running(const topo *t)
+{
+    bool yes = false;
+    for (int i = 0; i < TOPO_SENTINELS && !yes; i++) {
+        redisReply *m = topo_cmd(t->sentinel[i], 1000, "SENTINEL master %s", t->name);
+        const char *f = topo_field(m, "flags");
+        yes = f && strstr(f, "failover_in_progress");
+        if (m)
+            freeReplyObject(m);
+    }
+    return yes;
+}
+
+/* Undo ha_pause_replication (and any CONFIG SET of the same) on port. */
+static void clear_master_login(int port)
+{
+    redisReply *r = topo_cmd(port, 1000, "CONFIG GET masteruser");
+    bool set = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+               r->element[1]->type == REDIS_REPLY_STRING && r->element[1]->len > 0;
+    if (r)
+        freeReplyObject(r);
+    if (set)
+        soft_cmd(port, "CONFIG SET masteruser %s masterauth %s", "", "");
+}
+
+/* One round of mending. 0 when nothing needed doing (the health check
+ * decides the rest); -1 and what it waits for in why otherwise. */
+static int mend(const topo *t, int64_t *master_dead_since, char *why, size_t whylen)
+{
+    for (int i = 0; i < TOPO_SENTINELS; i++) {
+        pid_t pid = topo_sentinel_pid(t, i);
+        if (pid > 0)
+            kill(pid, SIGCONT); /* a test may have frozen it */
+        else
+            start_sentinel_or_fail(t, i);
+    }
+    for (int i = 0; i < TOPO_NODES; i++) {
+        pid_t pid = topo_node_pid(t, t->node[i]);
+        if (pid > 0)
+            kill(pid, SIGCONT);
+    }
+    int view[TOPO_SENTINELS];
+    for (int i = 0; i < TOPO_SENTINELS; i++) {
+        view[i] = topo_sentinel_master(t, i);
+        if (view[i] < 0 || view[i] != view[0] || !topo_is_node(t, view[i])) {
+            snprintf(why, whylen, "the sentinels do not agree on a master: %d, %d, %d",
+                     topo_sentinel_master(t, 0), topo_sentinel_master(t, 1),
+                     topo_sentinel_master(t, 2));
+            return -1;
+        }
+    }
+    int m = view[0], r = topo_other_node(t, m);
+    bool m_up = topo_node_pid(t, m) > 0, r_up = topo_node_pid(t, r) > 0;
+    if (!m_up) {
+        if (!r_up) {
+            start_node_or_fail(t, m, 0);
+            start_node_or_fail(t, r, m);
+            snprintf(why, whylen, "both nodes were down: restarted, %d as master", m);
+            return -1;
+        }
+        if (!*master_dead_since)
+            *master_dead_since = lb_now_ms();
+        if (lb_now_ms() - *master_dead_since > HA_READY_DEAD_MASTER_MS) {
+            fprintf(stderr, "ha_ready: no failover from dead master %d within %d ms; "
+                            "restarting it empty as the master\n",
+                    m, HA_READY_DEAD_MASTER_MS);
+            start_node_or_fail(t, m, 0);
+            *master_dead_since = 0;
+        }
+        snprintf(why, whylen, "master %d is down: waiting for the sentinels' failover", m);
+        return -1;
+    }
+    *master_dead_since = 0;
+    for (int i = 0; i < TOPO_NODES; i++) {
+        soft_cmd(t->node[i], "CLIENT UNPAUSE");
+        clear_master_login(t->node[i]);
+    }
+    char role[32] = "", mport[32] = "";
+    topo_info(m, "role", role, sizeof(role));
+    if (strcmp(role, "master") != 0) {
+        if (!failover_running(t))
+            soft_cmd(m, "REPLICAOF NO ONE");
+        snprintf(why, whylen, "the sentinels' master %d says role '%s'", m, role);
+        return -1;
+    }
+    if (!r_up) {
+        start_node_or_fail(t, r, m);
+        snprintf(why, whylen, "restarted %d as a replica of %d", r, m);
+        return -1;
+    }
+    role[0] = '\0';
+    topo_info(r, "role", role, sizeof(role));
+    topo_info(r, "master_port", mport, sizeof(mport));
+    if ((strcmp(role, "slave") != 0 || atoi(mport) != m) && !failover_running(t)) {
+        soft_cmd(r, "REPLICAOF 127.0.0.1 %d", m);
+        snprintf(why, whylen, "node %d was role '%s' of '%s': made it a replica of %d", r, role,
+                 mport, m);
+        return -1;
+    }
+    return 0;
+}
+
+void ha_ready(void)
+{
+    const topo *t = env();
+    int64_t t0 = lb_now_ms(), dead_since = 0;
+    char why[512] = "";
+    int m = -1;
+
+    drop_conns();
+    for (;;) {
+        if (mend(t, &dead_since, why, sizeof(why)) == 0 &&
+            topo_healthy(t, &m, why, sizeof(why)) == 0)
+            break;
+        if (lb_now_ms() - t0 > HA_READY_TIMEOUT_MS) {
+            char state[4096];
+            topo_describe(t, state, sizeof(state));
+            cr_assert_fail("ha_ready: the HA topology is not healthy after %d s: %s;%s",
+                           HA_READY_TIMEOUT_MS / 1000, why, state);
+        }
+        lb_sleep_ms(50);
+    }
+    if (lb_now_ms() - t0 > 500)
+        fprintf(stderr, "ha_ready: healthy after %lld ms (last wait: %s)\n",
+                (long long)(lb_now_ms() - t0), why);
+    redisReply *r = ha_node_cmd(m, "FLUSHALL");
+    cr_assert(r->type == REDIS_REPLY_STATUS, "FLUSHALL on %d: %s", m, r->str ? r->str : "?");
+    r = ha_node_cmd(m, "WAIT 1 5000");
+    cr_assert(r->type == REDIS_REPLY_INTEGER && r->integer >= 1,
+              "ha_ready: the replica did not acknowledge the FLUSHALL on %d within 5 s", m);
+}
+
+/* ---- where things are --------------------------------------------------------------- */
+
+int ha_master_port(void)
+{
+    const topo *t = env();
+    for (int i = 0; i < TOPO_SENTINELS; i++) {
+        int p = topo_sentinel_master(t, i);
+        if (p > 0)
+            return p;
+    }
+    cr_assert_fail("no sentinel names a master for '%s'", t->name);
+    return -1;
+}
+
+int ha_replica_port(void) { return topo_other_node(env(), ha_master_port()); }
+
+int ha_node_port(int i)
+{
+    cr_assert(i >= 0 && i < TOPO_NODES, "no node %d", i);
+    return env()->node[i];
+}
+
+int ha_sentinel_port(int i)
+{
+    cr_assert(i >= 0 && i < TOPO_SENTINELS, "no sentinel %d", i);
+    return env()->sentinel[i];
+}
+
+const char *ha_master_name(void) { return keep_str(env()->name); }
+const char *ha_dir(void) { return keep_str(env()->dir); }
+
+const char *ha_sentinel_url(const char *master_name)
+{
+    const topo *t = env();
+    char url[512];
+    snprintf(url, sizeof(url), "sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/%s",
+             t->sentinel[0], t->sentinel[1], t->sentinel[2], master_name ? master_name : t->name);
+    return keep_str(url);
+}
+
+const char *ha_node_url(int port)
+{
+    char url[64];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+    return keep_str(url);
+}
+
+pid_t ha_node_pid(int port) { return topo_node_pid(env(), port); }
+
+pid_t ha_sentinel_pid(int i)
+{
+    cr_assert(i >= 0 && i < TOPO_SENTINELS, "no sentinel %d", i);
+    return topo_sentinel_pid(env(), i);
+}
+
+/* ---- talking to them ------------------------------------------------------------------ */
+
+redisContext *ha_node_ctx(int port)
+{
+    const topo *t = env();
+    cr_assert(topo_is_node(t, port), "port %d is not a node", port);
+    return conn(t, port);
+}
+
+redisReply *ha_node_cmd(int port, const char *fmt, ...)
+{
+    const topo *t = env();
+    cr_assert(topo_is_node(t, port), "port %d is not a node", port);
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = vcmd(t, port, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+redisReply *ha_sentinel_cmd(int i, const char *fmt, ...)
+{
+    const topo *t = env();
+    cr_assert(i >= 0 && i < TOPO_SENTINELS, "no sentinel %d", i);
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = vcmd(t, t->sentinel[i], fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+const char *ha_node_role(int port)
+{
+    char role[32];
+    cr_assert(topo_info(port, "role", role, sizeof(role)) == 0, "no INFO role from node %d",
+              port);
+    return keep_str(role);
+}
+
+bool ha_node_has_key(int port, const char *key)
+{
+    redisReply *r = ha_node_cmd(port, "EXISTS %s", key);
+    cr_assert(r->type == REDIS_REPLY_INTEGER, "EXISTS %s on %d", key, port);
+    return r->integer != 0;
+}
+
+/* ---- breaking them ------------------------------------------------------------------- */
+
+void ha_kill_node(int port)
+{
+    const topo *t = env();
+    pid_t pid = topo_node_pid(t, port);
+    cr_assert(pid > 0, "ha_kill_node: node %d is not running", port);
+    drop_conn(port);
+    kill(pid, SIGKILL);
+    for (int64_t end = lb_now_ms() + 5000; topo_pid_alive(pid); lb_sleep_ms(5))
+        cr_assert(lb_now_ms() < end, "node %d (pid %d) still alive 5 s after SIGKILL", port,
+                  (int)pid);
+}
+
+void ha_start_node(int port)
+{
+    const topo *t = env();
+    cr_assert(topo_is_node(t, port), "port %d is not a node", port);
+    cr_assert(topo_node_pid(t, port) == 0, "ha_start_node: node %d is running", port);
+    int m = ha_master_port();
+    start_node_or_fail(t, port, m == port ? 0 : m);
+}
+
+void ha_stop_sentinel(int i)
+{
+    const topo *t = env();
+    cr_assert(i >= 0 && i < TOPO_SENTINELS, "no sentinel %d", i);
+    drop_conn(t->sentinel[i]);
+    topo_stop_pid(topo_sentinel_pid(t, i), SIGTERM, 5000);
+}
+
+void ha_start_sentinel(int i)
+{
+    const topo *t = env();
+    cr_assert(i >= 0 && i < TOPO_SENTINELS, "no sentinel %d", i);
+    if (topo_sentinel_pid(t, i) == 0)
+        start_sentinel_or_fail(t, i);
+}
+
+/* The new master every running sentinel names, once it says role:master;
+ * else -1. */
+static int new_master(const topo *t, int old)
+{
+    int m = -1;
+    for (int i = 0; i < TOPO_SENTINELS; i++) {
+        if (topo_sentinel_pid(t, i) == 0)
+            continue;
+        int p = topo_sentinel_master(t, i);
+        if (p < 0 || p == old || (m > 0 && p != m))
+            return -1;
+        m = p;
+    }
+    char role[32] = "";
+    if (m < 0 || topo_info(m, "role", role, sizeof(role)) != 0 || strcmp(role, "master") != 0)
+        return -1;
+    return m;
+}
+
+int64_t ha_try_wait_failover(int old_master_port, int timeout_ms)
+{
+    const topo *t = env();
+    int64_t t0 = lb_now_ms();
+    for (;;) {
+        if (new_master(t, old_master_port) > 0)
+            return lb_now_ms() - t0;
+        if (lb_now_ms() - t0 > timeout_ms)
+            return -1;
+        lb_sleep_ms(20);
+    }
+}
+
+int64_t ha_wait_failover(int old_master_port, int timeout_ms)
+{
+    int64_t ms = ha_try_wait_failover(old_master_port, timeout_ms);
+    if (ms < 0) {
+        char state[4096];
+        topo_describe(env(), state, sizeof(state));
+        cr_assert_fail("no failover away from %d within %d ms:%s", old_master_port, timeout_ms,
+                       state);
+    }
+    return ms;
+}
+
+static void wait_link(int port, const char *want, int timeout_ms)
+{
+    char link[32] = "";
+    int64_t end = lb_now_ms() + timeout_ms;
+    while ((topo_info(port, "master_link_status", link, sizeof(link)) != 0 ||
+            strcmp(link, want) != 0) &&
+           lb_now_ms() < end)
+        lb_sleep_ms(10);
+    cr_assert_str_eq(link, want, "replica %d: master_link_status '%s' after %d ms, want '%s'",
+                     port, link, timeout_ms, want);
+}
+
+void ha_pause_replication(int replica_port)
+{
+    cr_assert_str_eq(ha_node_role(replica_port), "slave",
+                     "ha_pause_replication: node %d is not a replica", replica_port);
+    redisReply *r = ha_node_cmd(replica_port, "CONFIG SET masteruser %s masterauth %s",
+                                "lb-ha-paused", "lb-ha-paused");
+    cr_assert(r->type == REDIS_REPLY_STATUS, "CONFIG SET masteruser: %s", r->str ? r->str : "?");
+    r = ha_node_cmd(replica_port, "CLIENT KILL TYPE master");
+    cr_assert(r->type == REDIS_REPLY_INTEGER && r->integer == 1,
+              "CLIENT KILL TYPE master on %d killed no master link", replica_port);
+    wait_link(replica_port, "down", 2000);
+}
+
+void ha_resume_replication(int replica_port)
+{
+    redisReply *r = ha_node_cmd(replica_port, "CONFIG SET masteruser %s masterauth %s", "", "");
+    cr_assert(r->type == REDIS_REPLY_STATUS, "CONFIG SET masteruser: %s", r->str ? r->str : "?");
+    wait_link(replica_port, "up", 10000);
+}
