@@ -31,11 +31,12 @@ GEN_SRC   := build/gen/lua_scripts.c
 LOCKCTL_SRCS := $(wildcard cmd/lockctl/*.c)
 UNIT_SRCS := $(wildcard tests/unit/*.c)
 INTEG_SRCS := $(wildcard tests/integration/*.c)
+HA_SRCS    := $(wildcard tests/ha/*.c)
 
 REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.o
 SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o
 
-.PHONY: all deps run test unit integration clean install bench fuzz fuzz-protocol deps-check
+.PHONY: all deps run test unit integration ha clean install bench fuzz fuzz-protocol deps-check
 # lockctl, the command-line client, is built once its sources exist.
 LOCKCTL_BIN := $(if $(LOCKCTL_SRCS),build/lockctl)
 LOCKCTL_SAN := $(if $(LOCKCTL_SRCS),build/san/lockctl)
@@ -88,6 +89,12 @@ build/san/unit_tests: $(patsubst %.c,build/san/%.o,$(UNIT_SRCS)) build/san/liblb
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
 build/san/integration_tests: $(patsubst %.c,build/san/%.o,$(INTEG_SRCS)) build/san/liblb.a
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
+# Redis Sentinel tests (issue 16; tests/ha/ha.h): one Sentinel set for the
+# whole binary, with the integration harness for brokers and clients. Its
+# tests kill masters, so they run one at a time (--jobs 1).
+build/san/ha_tests: $(patsubst %.c,build/san/%.o,$(HA_SRCS)) build/san/tests/integration/harness.o \
+                    build/san/liblb.a | build/san/lockbrokerd
+	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
 
 # ---- the two commands -----------------------------------------------------
 run: deps
@@ -107,14 +114,17 @@ deps-check:
 	@sh tests/deps_check.sh
 
 test: deps deps-check
-	@$(MAKE) --no-print-directory build/san/lockbrokerd $(LOCKCTL_SAN) build/san/unit_tests build/san/integration_tests
+	@$(MAKE) --no-print-directory build/san/lockbrokerd $(LOCKCTL_SAN) build/san/unit_tests build/san/integration_tests build/san/ha_tests
 	$(TEST_ENV) build/san/unit_tests --jobs 2
 	$(TEST_ENV) build/san/integration_tests --jobs 2
+	$(TEST_ENV) build/san/ha_tests --jobs 1
 
 unit: build/san/unit_tests
 	$(TEST_ENV) build/san/unit_tests
 integration: build/san/lockbrokerd build/san/integration_tests
 	$(TEST_ENV) build/san/integration_tests
+ha: build/san/lockbrokerd build/san/ha_tests
+	$(TEST_ENV) build/san/ha_tests --jobs 1
 
 # Binaries, the systemd unit (paths filled in), its user, and an example
 # config that never overwrites an existing one.
