@@ -933,6 +933,15 @@ lb_broker *lb_broker_start_url(const char *redis_url, ...)
     return b;
 }
 
+lb_broker *lb_broker_start_url_no_redis_wait(const char *redis_url, ...)
+{
+    va_list ap;
+    va_start(ap, redis_url);
+    lb_broker *b = broker_vstart(NULL, redis_url, false, ap);
+    va_end(ap);
+    return b;
+}
+
 void lb_broker_signal(lb_broker *b, int sig)
 {
     cr_assert_gt(b->pid, 0, "the broker is not running");

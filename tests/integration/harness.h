@@ -119,6 +119,9 @@ lb_broker *lb_broker_start(lb_redis *r, ...) __attribute__((sentinel));
  * one) instead of a harness redis-server; same readiness (stats ok with
  * "redis":"up"), same stop, restart and teardown. */
 lb_broker *lb_broker_start_url(const char *redis_url, ...) __attribute__((sentinel));
+/* The same, waiting only until the broker answers stats (any "redis"
+ * value): for a broker that cannot reach its master yet. */
+lb_broker *lb_broker_start_url_no_redis_wait(const char *redis_url, ...) __attribute__((sentinel));
 /* Start, but only wait until the broker answers stats (any "redis" value). */
 lb_broker *lb_broker_start_no_redis_wait(lb_redis *r, ...) __attribute__((sentinel));
 /* SIGTERM, wait 10 s (then SIGKILL and fail); assert exit status 0. */
