@@ -505,6 +505,27 @@ int64_t ha_wait_failover(int old_master_port, int timeout_ms)
     return ms;
 }
 
+int ha_switch_master_quietly(void)
+{
+    const topo *t = env();
+    int m = ha_master_port(), r = topo_other_node(t, m);
+    redisReply *x = ha_node_cmd(r, "REPLICAOF NO ONE");
+    cr_assert_eq(x->type, REDIS_REPLY_STATUS, "REPLICAOF NO ONE on %d: %s", r, x->str);
+    x = ha_node_cmd(m, "REPLICAOF 127.0.0.1 %d", r);
+    cr_assert_eq(x->type, REDIS_REPLY_STATUS, "REPLICAOF on %d: %s", m, x->str);
+    for (int i = 0; i < TOPO_SENTINELS; i++) {
+        x = ha_sentinel_cmd(i, "SENTINEL REMOVE %s", t->name);
+        cr_assert_eq(x->type, REDIS_REPLY_STATUS, "sentinel %d: REMOVE: %s", i, x->str);
+        x = ha_sentinel_cmd(i, "SENTINEL MONITOR %s 127.0.0.1 %d %d", t->name, r, TOPO_QUORUM);
+        cr_assert_eq(x->type, REDIS_REPLY_STATUS, "sentinel %d: MONITOR: %s", i, x->str);
+        x = ha_sentinel_cmd(i, "SENTINEL SET %s down-after-milliseconds %d failover-timeout %d "
+                               "parallel-syncs 1",
+                            t->name, TOPO_DOWN_AFTER_MS, TOPO_FAILOVER_TIMEOUT_MS);
+        cr_assert_eq(x->type, REDIS_REPLY_STATUS, "sentinel %d: SET: %s", i, x->str);
+    }
+    return r;
+}
+
 static void wait_link(int port, const char *want, int timeout_ms)
 {
     char link[32] = "";

@@ -112,6 +112,17 @@ void ha_start_sentinel(int i);
 int64_t ha_wait_failover(int old_master_port, int timeout_ms);
 int64_t ha_try_wait_failover(int old_master_port, int timeout_ms);
 
+/* Swaps master and replica by hand, the way an operator's mistake or a
+ * split would: REPLICAOF NO ONE on the replica, REPLICAOF on the master
+ * (Redis keeps their clients connected), then every sentinel is pointed at
+ * the new master with SENTINEL REMOVE and MONITOR. No +switch-master is
+ * published and no client is killed, so a broker connected to the old
+ * master learns of the switch only from a READONLY reply. The replica must
+ * be in sync (wait for the keys the test needs first). Returns the new
+ * master's port; ha_ready later waits until the sentinels know each other
+ * again. */
+int ha_switch_master_quietly(void);
+
 /* Makes the replica on replica_port miss every write from now on, and stay
  * a replica of the same master in everybody's eyes: its link to the master
  * is cut and it cannot log in again (CONFIG SET masteruser/masterauth to an
