@@ -36,7 +36,7 @@ HA_SRCS    := $(wildcard tests/ha/*.c)
 REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.o
 SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o
 
-.PHONY: all deps run test unit integration ha clean install bench fuzz fuzz-protocol deps-check
+.PHONY: all deps run test unit integration ha clean install bench bench-ha bench-tools fuzz fuzz-protocol deps-check
 # lockctl, the command-line client, is built once its sources exist.
 LOCKCTL_BIN := $(if $(LOCKCTL_SRCS),build/lockctl)
 LOCKCTL_SAN := $(if $(LOCKCTL_SRCS),build/san/lockctl)
@@ -93,6 +93,7 @@ build/san/integration_tests: $(patsubst %.c,build/san/%.o,$(INTEG_SRCS)) build/s
 # whole binary, with the integration harness for brokers and clients. Its
 # tests kill masters, so they run one at a time (--jobs 1).
 build/san/ha_tests: $(patsubst %.c,build/san/%.o,$(HA_SRCS)) build/san/tests/integration/harness.o \
+                    build/san/tests/integration/mclient.o \
                     build/san/liblb.a | build/san/lockbrokerd
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
 
@@ -140,11 +141,18 @@ install: build/lockbrokerd $(LOCKCTL_BIN)
 
 # Benchmarks (issue 6; tests/bench/README.md), never part of `make test`.
 # Knobs: BENCH_SECONDS (per scenario, default 5), BENCH_QUICK=1 (smoke run).
-bench: deps
+# bench-ha: only the Sentinel part (tests/bench/ha.sh), which bench runs last.
+bench: bench-tools
+	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/run.sh
+	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/ha.sh
+
+bench-ha: bench-tools
+	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/ha.sh
+
+bench-tools: deps
 	@$(MAKE) --no-print-directory build/lockbrokerd
 	$(CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 $$(pkg-config --cflags libuv jansson hiredis) \
 		-o build/lbbench tests/bench/lbbench.c $$(pkg-config --libs libuv jansson hiredis) -lm
-	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/run.sh
 
 # Random multi-broker calls of the Lua scripts with the data model's
 # invariants checked after each (tests/fuzz); run after changing lua/.

@@ -996,6 +996,7 @@ void lb_broker_restart(lb_broker *b)
 }
 
 int lb_broker_port(const lb_broker *b) { return b->port; }
+pid_t lb_broker_pid(const lb_broker *b) { return b->pid; }
 const char *lb_broker_unix_path(const lb_broker *b) { return b->unix_path; }
 const char *lb_broker_log(const lb_broker *b) { return b->log; }
 

@@ -138,6 +138,8 @@ void lb_broker_kill9(lb_broker *b);
  * TCP port and Unix socket path. Waits for readiness. */
 void lb_broker_restart(lb_broker *b);
 int lb_broker_port(const lb_broker *b);
+/* The broker's pid (to freeze it with SIGSTOP); 0 when stopped. */
+pid_t lb_broker_pid(const lb_broker *b);
 const char *lb_broker_unix_path(const lb_broker *b);
 const char *lb_broker_log(const lb_broker *b);
 /* Print the last bytes of the broker's log to stderr. */

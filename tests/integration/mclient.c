@@ -71,9 +71,9 @@ bool mc_send(mclient *c, const char *line)
 	return true;
 }
 
-json_t *mc_wait(mclient *c, json_int_t id, int timeout_ms)
+/* The next whole message, or NULL on timeout, close or garbage. */
+static json_t *next_message(mclient *c, int64_t deadline)
 {
-	int64_t deadline = lb_now_ms() + timeout_ms;
 	for (;;) {
 		char *nl = memchr(c->buf, '\n', c->len);
 		if (nl) {
@@ -82,19 +82,7 @@ json_t *mc_wait(mclient *c, json_int_t id, int timeout_ms)
 			size_t used = (size_t)(nl - c->buf) + 1;
 			memmove(c->buf, c->buf + used, c->len - used);
 			c->len -= used;
-			if (!m)
-				return NULL;
-			json_t *mid = json_object_get(m, "id");
-			if (json_is_integer(mid) && json_integer_value(mid) == id)
-				return m;
-			if (json_object_get(m, "event")) {
-				char *d = json_dumps(m, JSON_COMPACT);
-				if (d)
-					snprintf(c->last_event, sizeof(c->last_event), "%s", d);
-				free(d);
-			}
-			json_decref(m); /* an event or an older answer */
-			continue;
+			return m;
 		}
 		int64_t left = deadline - lb_now_ms();
 		if (left <= 0 || c->len == sizeof(c->buf))
@@ -112,6 +100,45 @@ json_t *mc_wait(mclient *c, json_int_t id, int timeout_ms)
 			return NULL;
 		c->len += (size_t)n;
 	}
+}
+
+static bool keep_if_event(mclient *c, json_t *m)
+{
+	if (!json_object_get(m, "event"))
+		return false;
+	char *d = json_dumps(m, JSON_COMPACT);
+	if (d)
+		snprintf(c->last_event, sizeof(c->last_event), "%s", d);
+	free(d);
+	return true;
+}
+
+json_t *mc_wait(mclient *c, json_int_t id, int timeout_ms)
+{
+	int64_t deadline = lb_now_ms() + timeout_ms;
+	json_t *m;
+
+	while ((m = next_message(c, deadline)) != NULL) {
+		json_t *mid = json_object_get(m, "id");
+		if (json_is_integer(mid) && json_integer_value(mid) == id)
+			return m;
+		keep_if_event(c, m);
+		json_decref(m); /* an event or an older answer */
+	}
+	return NULL;
+}
+
+json_t *mc_event(mclient *c, int timeout_ms)
+{
+	int64_t deadline = lb_now_ms() + timeout_ms;
+	json_t *m;
+
+	while ((m = next_message(c, deadline)) != NULL) {
+		if (keep_if_event(c, m))
+			return m;
+		json_decref(m); /* an older answer */
+	}
+	return NULL;
 }
 
 int64_t mc_now_ns(void)

@@ -30,6 +30,9 @@ bool mc_send(mclient *c, const char *line);
  * kept in c->last_event). NULL on timeout, close or garbage. The caller
  * decrefs. */
 json_t *mc_wait(mclient *c, json_int_t id, int timeout_ms);
+/* The next event within timeout_ms (answers read on the way are dropped),
+ * or NULL. The caller decrefs. */
+json_t *mc_event(mclient *c, int timeout_ms);
 
 /* CLOCK_MONOTONIC in ns: one clock for every thread's records. */
 int64_t mc_now_ns(void);
