@@ -1,7 +1,9 @@
 -- release.lua: drop one reentrancy level of a holder; at zero the holder is
 -- removed and whoever now fits in the queue is granted or woken.
 -- KEYS: all seven. ARGV: the context, then id, all ('1': drop every level,
--- as when a session ends), seq (the op seq, see the prelude; 0: none).
+-- as when a session ends; 'u': undo the re-entry whose op seq is undo, only
+-- if it ran and nothing after it did, and never the last level), seq (the
+-- op seq, see the prelude; 0: none), undo (with 'u').
 -- Returns {count left (0 = freed), grants...}, or {-1} when the id holds
 -- nothing. A repeat of a call that ran (same seq) returns the count left
 -- and changes nothing.
@@ -15,6 +17,9 @@ if hv[1] then
   if tonumber(hv[2]) > t[1] * 1000 + math.floor(t[2] / 1000) then
     local count, seq = tonumber(hv[3]), tonumber(ARGV[9]) or 0
     if seq > 0 and seq <= tonumber(hv[4] or '0') then return {count} end
+    if ARGV[8] == 'u' and (count < 2 or tonumber(hv[4] or '0') ~= tonumber(ARGV[10])) then
+      return {count}
+    end
     if count > 1 and ARGV[8] ~= '1' then
       redis.call('HSET', KEYS[3], 'c', count - 1, 'r', math.max(seq, tonumber(hv[4] or '0')))
       return {count - 1}
@@ -29,6 +34,7 @@ end
 local K = keys_of(KEYS)
 local C, a = context_of(ARGV)
 local id, all, seq = ARGV[a], ARGV[a + 1] == '1', tonumber(ARGV[a + 2]) or 0
+local undo = ARGV[a + 1] == 'u' and (tonumber(ARGV[a + 3]) or -1) or nil
 
 unsolo(K, C)
 purge(K.h, K.i, C.now_ms)
@@ -37,6 +43,7 @@ purge_waiters(K, C.now_ms)
 local info = holder_get(K.h, K.i, id)
 if not info then return finish(K, C, {-1}, promote(K, C)) end
 if seq > 0 and seq <= (info[8] or 0) then return finish(K, C, {info[2]}, {}) end
+if undo and (info[2] < 2 or (info[8] or 0) ~= undo) then return finish(K, C, {info[2]}, {}) end
 if info[2] > 1 and not all then
   info[2] = info[2] - 1
   info[8] = math.max(seq, info[8] or 0)

@@ -168,8 +168,9 @@ static void on_released_quietly(const redisReply *reply, void *priv)
 	free(q);
 }
 
-static void release_quietly(const char *lock, size_t lock_len, const char *token, bool all,
-                            int64_t seq, uint64_t until)
+/* all: "1" every level, "0" one, "u" the re-entry with op seq undo. */
+static void release_quietly(const char *lock, size_t lock_len, const char *token, const char *all,
+                            int64_t seq, int64_t undo, uint64_t until)
 {
 	struct quiet_release *q = xmalloc(sizeof(*q) + lock_len);
 	lockscript_t ls;
@@ -179,8 +180,10 @@ static void release_quietly(const char *lock, size_t lock_len, const char *token
 	memcpy(q->lock, lock, lock_len);
 	lockscript_begin(&ls, lock, lock_len, LOCK_NKEYS, true);
 	lockscript_arg(&ls, token, LEASE_TOKEN_LEN);
-	lockscript_str(&ls, all ? "1" : "0");
+	lockscript_str(&ls, all);
 	lockscript_int(&ls, seq);
+	if (undo > 0)
+		lockscript_int(&ls, undo);
 	lockscript_retry_until(&ls, until);
 	if (lockscript_send(&ls, SCRIPT_RELEASE, on_released_quietly, q) < 0) {
 		char tb[LOG_TOKEN_LEN];
@@ -192,12 +195,12 @@ static void release_quietly(const char *lock, size_t lock_len, const char *token
 
 void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until)
 {
-	release_quietly(lock, lock_len, token, true, 0, until);
+	release_quietly(lock, lock_len, token, "1", 0, 0, until);
 }
 
-void lease_release_level_in_redis(lease_t *l, uint64_t until)
+void lease_undo_reentry_in_redis(lease_t *l, int64_t reentry_seq, uint64_t until)
 {
-	release_quietly(l->lock, l->lock_len, l->token, false, ++l->opseq, until);
+	release_quietly(l->lock, l->lock_len, l->token, "u", ++l->opseq, reentry_seq, until);
 }
 
 static bool lost_match(const htab_node_t *n, const void *key)

@@ -59,6 +59,7 @@ typedef struct lease {
 	                     * releasing is what the lease will be at */
 	bool watchdog;
 	bool renewing; /* a renewal is in flight */
+	unsigned verify_pass; /* watchdog_verify_all's pass it awaits, or 0 */
 
 	struct client *client;
 	struct lease *s_prev, *s_next; /* the session's list */
@@ -104,9 +105,12 @@ void lease_set_grants_sink(lease_grants_fn fn);
  * lost reply is sent again until `until` (uv_now ms: when the holder has
  * ended by its TTL anyway); with Redis down until then it ends so. */
 void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until);
-/* Drops one level of l in Redis (a re-entry taken back), with the next op
- * seq; the answer is not awaited, lost replies are resent until `until`. */
-void lease_release_level_in_redis(lease_t *l, uint64_t until);
+/* Takes back the re-entry of l that carried op seq reentry_seq, with the
+ * next op seq: only if Redis ran it and nothing of l ran after it, and
+ * never l's last level (a new master that missed the re-entry keeps the
+ * lock held). The answer is not awaited; lost replies are resent until
+ * `until`. */
+void lease_undo_reentry_in_redis(lease_t *l, int64_t reentry_seq, uint64_t until);
 
 /* True when this broker reported the lease of token lost (recently: the
  * last LEASE_LOST_KEPT tokens of the last LEASE_LOST_KEEP_MS). */

@@ -25,6 +25,7 @@ typedef struct op_ctx {
 	char *lock; /* owned copy */
 	size_t lock_len;
 	int64_t ttl_ms;
+	int64_t seq; /* the op seq a re-entry carries */
 	bool detach;
 } opctx_t;
 

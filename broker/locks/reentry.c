@@ -43,7 +43,7 @@ static void on_reentered(const redisReply *r, void *priv)
 		/* Too few replicas have the new count: a failover could lose
 		 * it and free the lock at the holder's next release. Taken
 		 * back; the holder keeps the levels it had. */
-		lease_release_level_in_redis(l, timers_now() + LB_RESOLVE_MS);
+		lease_undo_reentry_in_redis(l, c->seq, timers_now() + LB_RESOLVE_MS);
 		opctx_fail(c, LB_E_UNAVAILABLE,
 		           "the re-entry was not acknowledged by enough replicas in time; it was taken back");
 		return;
@@ -70,7 +70,8 @@ void reentry_send(client_t *s, const json_t *id, lease_t *l)
 	memcpy(c->token, l->token, sizeof(c->token));
 	lockscript_begin(&ls, l->lock, l->lock_len, LOCK_NKEYS_HOLDER, false);
 	lockscript_arg(&ls, l->token, LEASE_TOKEN_LEN);
-	lockscript_int(&ls, ++l->opseq);
+	c->seq = ++l->opseq;
+	lockscript_int(&ls, c->seq);
 	lockscript_retry_until(&ls, timers_now() + LB_RESOLVE_MS);
 	if (lockscript_send(&ls, SCRIPT_REENTER, on_reentered, c) < 0) {
 		opctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");

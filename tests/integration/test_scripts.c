@@ -421,3 +421,68 @@ LB_TEST(scripts, a_broker_that_dies_after_its_wake_is_dropped, 30)
 	             "bD's waiter is still queued");
 	lb_end();
 }
+
+/* reenter.lua on id with op seq: 3 keys, no context. Returns the count. */
+static long long reenter(lb_redis *r, const char *sha, const char *lock, const char *id,
+                         const char *seq)
+{
+	redisReply *rep = lb_redis_cmd(r, "EVALSHA %s 3 lb:{%s}:h lb:{%s}:i lb:{%s} %s %s", sha, lock,
+	                               lock, lock, id, seq);
+	cr_assert_eq(rep->type, REDIS_REPLY_ARRAY, "%s", rep->type == REDIS_REPLY_ERROR ? rep->str : "");
+	return rep->element[0]->integer;
+}
+
+/* release 'u': take back the re-entry with op seq undo. Returns the count. */
+static long long undo_reentry(lb_redis *r, const char *sha, const char *lock, const char *id,
+                              const char *seq, const char *undo)
+{
+	redisReply *rep = call(r, sha, lock, "b1", 4, (const char *[]){id, "u", seq, undo});
+	long long v = rep->element[0]->integer;
+	freeReplyObject(rep);
+	return v;
+}
+
+/* The take-back of a re-entry that too few replicas acknowledged (issue
+ * 16) runs only if that re-entry did, and nothing of the holder after it;
+ * it never frees the lock: a new master that missed the re-entry keeps the
+ * holder's one level. Both layouts: a solo holder (the header) and the
+ * holders model (two readers). */
+LB_TEST(scripts, a_reentry_taken_back_only_if_it_ran_and_never_the_last_level, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	const char *acq = load(r, "acquire");
+	const char *rel = load(r, "release");
+	const char *ren = load(r, "reenter");
+	const char *A = "A0000000000000000000000000000000", *B = "B0000000000000000000000000000000";
+
+	/* solo: the re-entry (seq 5) ran; its take-back (seq 6) drops it, once */
+	cr_assert_eq(acquire(r, acq, "u1", "b1", A, "30000", false, NULL), 1);
+	cr_assert(hexists(r, "lb:{u1}", "o"), "not the solo layout");
+	cr_assert_eq(reenter(r, ren, "u1", A, "5"), 2);
+	cr_assert_eq(undo_reentry(r, rel, "u1", A, "6", "5"), 1);
+	cr_assert_eq(undo_reentry(r, rel, "u1", A, "6", "5"), 1, "a repeat changed something");
+	cr_assert(hexists(r, "lb:{u1}", "o"), "the take-back freed the lock");
+	/* solo: the re-entry never ran here (a new master that missed it) */
+	cr_assert_eq(undo_reentry(r, rel, "u1", A, "8", "7"), 1);
+	cr_assert(hexists(r, "lb:{u1}", "o"), "a take-back of a re-entry that never ran freed the lock");
+	/* solo: something ran after the re-entry (seq 10 after 9): left alone */
+	cr_assert_eq(reenter(r, ren, "u1", A, "9"), 2);
+	cr_assert_eq(reenter(r, ren, "u1", A, "10"), 3);
+	cr_assert_eq(undo_reentry(r, rel, "u1", A, "11", "9"), 3);
+	/* 'u' without its seq changes nothing */
+	redisReply *rep = call(r, rel, "u1", "b1", 3, (const char *[]){A, "u", "12"});
+	cr_assert_eq(rep->element[0]->integer, 3);
+	freeReplyObject(rep);
+
+	/* the holders model: two readers */
+	cr_assert_eq(acquire_as(r, acq, "u2", "b1", A, "s", "30000", false, "10000", NULL), 1);
+	cr_assert_eq(acquire_as(r, acq, "u2", "b1", B, "s", "30000", false, "10000", NULL), 1);
+	cr_assert_eq(zcard(r, "lb:{u2}:h"), 2, "not the holders model");
+	cr_assert_eq(undo_reentry(r, rel, "u2", A, "4", "3"), 1, "a re-entry that never ran was undone");
+	cr_assert_eq(zcard(r, "lb:{u2}:h"), 2, "the take-back freed a holder");
+	cr_assert_eq(reenter(r, ren, "u2", A, "5"), 2);
+	cr_assert_eq(undo_reentry(r, rel, "u2", A, "6", "5"), 1);
+	cr_assert_eq(undo_reentry(r, rel, "u2", A, "6", "5"), 1, "a repeat changed something");
+	cr_assert_eq(zcard(r, "lb:{u2}:h"), 2);
+	lb_end();
+}
