@@ -25,11 +25,19 @@ struct renewal {
 	unsigned pass; /* verify: the pass it belongs to */
 };
 
+/* A failover check's verify is resent on lost connections for this long;
+ * by VERIFY_DEADLINE_MS every lease not vouched for is lost and the check
+ * ends (before the store's own CHECK_TIMEOUT_MS, which opens the pool). */
+#define VERIFY_RESEND_MS 2000
+#define VERIFY_DEADLINE_MS 4500
+
 /* The pass of watchdog_verify_all under way: a newer one supersedes it. */
 static struct {
 	unsigned pass;
 	size_t left; /* answers still to come */
 	bool failover;
+	bool timer_ready;
+	timer_ent_t deadline; /* a failover pass's */
 	void (*done)(void);
 } V;
 
@@ -39,6 +47,7 @@ static void verify_answered(unsigned pass)
 
 	if (pass != V.pass || V.left == 0 || --V.left > 0)
 		return;
+	timer_cancel(&V.deadline);
 	done = V.done;
 	V.done = NULL;
 	LOG(LOG_INFO, "msg=\"every lease checked\"");
@@ -98,6 +107,15 @@ static void on_renewed(const redisReply *reply, void *priv)
 		lease_lost(l, "gone");
 		goto out;
 	}
+	if (!store_replicated()) {
+		/* The master has the new end, too few replicas do: a failover
+		 * could bring back the old one. Not a renewal, then. */
+		char tb[LOG_TOKEN_LEN];
+		LOG(LOG_WARN, "msg=\"renewal not acknowledged by enough replicas\" lease=%s",
+		    log_token(l->token, tb));
+		timer_at(&l->tick, retry_at(l, now));
+		goto out;
+	}
 	watchdog_confirmed(l, r->sent_at, reply->element[0]->integer, reply->element[1]->integer);
 out:
 	free(r);
@@ -130,20 +148,32 @@ static void on_verified(const redisReply *reply, void *priv)
 	struct renewal *r = priv;
 	lease_t *l = lease_find(r->token, LEASE_TOKEN_LEN);
 
+	bool failover = r->pass == V.pass && V.failover;
+
+	if (l && l->verify_pass == r->pass)
+		l->verify_pass = 0;
+	else if (failover)
+		l = NULL; /* already lost at the deadline */
 	if (l && !store_reply_failed(reply) && reply->type == REDIS_REPLY_ARRAY &&
 	    reply->elements == 2 && reply->element[0]->type == REDIS_REPLY_INTEGER &&
 	    reply->element[1]->type == REDIS_REPLY_INTEGER) {
 		if (reply->element[0]->integer < 0) {
-			if (r->pass == V.pass && V.failover)
+			if (failover)
 				server.stats.failover_lost_total++;
 			lease_lost(l, "gone");
 		} else {
 			watchdog_confirmed(l, r->sent_at, reply->element[0]->integer,
 			                reply->element[1]->integer);
 		}
+	} else if (l && failover) {
+		/* The new master was not asked after all (the check's
+		 * connection died until it gave up): the lease cannot be
+		 * vouched for, and the pool opens once the check ends. */
+		server.stats.failover_lost_total++;
+		lease_lost(l, "redis_unavailable");
 	}
 	verify_answered(r->pass);
-	free(r); /* no answer: the renewals find out in their turn */
+	free(r); /* else no answer: the renewals find out in their turn */
 }
 
 static void verify(lease_t *l, void *arg)
@@ -157,17 +187,66 @@ static void verify(lease_t *l, void *arg)
 	r->pass = V.pass;
 	lockscript_begin(&ls, l->lock, l->lock_len, LOCK_NKEYS_HOLDER, false);
 	lockscript_arg(&ls, l->token, LEASE_TOKEN_LEN);
-	if (lockscript_send(&ls, SCRIPT_VERIFY, on_verified, r) < 0)
-		free(r);
-	else
-		(*n)++;
+	if (V.failover) /* resent on a lost connection, while the pool waits */
+		lockscript_retry_until(&ls, r->sent_at + VERIFY_RESEND_MS);
+	if (lockscript_send(&ls, SCRIPT_VERIFY, on_verified, r) < 0) {
+		free(r); /* only when the store closes: with retry_until it waits */
+		return;
+	}
+	l->verify_pass = V.pass;
+	(*n)++;
+}
+
+struct tokens {
+	char (*t)[LEASE_TOKEN_LEN];
+	size_t n;
+};
+
+static void collect_unverified(lease_t *l, void *arg)
+{
+	struct tokens *u = arg;
+
+	if (l->verify_pass == V.pass)
+		memcpy(u->t[u->n++], l->token, LEASE_TOKEN_LEN);
+}
+
+static void on_verify_deadline(timer_ent_t *t)
+{
+	void (*done)(void) = V.done;
+
+	(void)t;
+	LOG(LOG_WARN, "msg=\"the new master did not answer for every lease in time; "
+	              "those it did not are lost\" leases=%zu", V.left);
+	/* Collected first: ending a lease may end others (lease_foreach). */
+	struct tokens u = {xcalloc(lease_count() + 1, LEASE_TOKEN_LEN), 0};
+	lease_foreach(collect_unverified, &u);
+	for (size_t k = 0; k < u.n; k++) {
+		lease_t *l = lease_find(u.t[k], LEASE_TOKEN_LEN);
+		if (l) {
+			l->verify_pass = 0;
+			server.stats.failover_lost_total++;
+			lease_lost(l, "redis_unavailable");
+		}
+	}
+	free(u.t);
+	V.left = 0;
+	V.done = NULL;
+	if (done)
+		done();
 }
 
 void watchdog_verify_all(bool failover, void (*done)(void))
 {
 	size_t n = 0;
 
+	if (!V.timer_ready) {
+		timer_init(&V.deadline, on_verify_deadline);
+		V.timer_ready = true;
+	}
+	timer_cancel(&V.deadline);
 	V.pass++;
+	if (V.pass == 0)
+		V.pass++; /* 0 means none in lease_t */
 	V.left = 0;
 	V.failover = failover;
 	V.done = NULL;
@@ -180,6 +259,8 @@ void watchdog_verify_all(bool failover, void (*done)(void))
 	}
 	V.left = n;
 	V.done = done;
+	if (failover)
+		timer_at(&V.deadline, timers_now() + VERIFY_DEADLINE_MS);
 }
 
 void watchdog_confirmed(lease_t *l, uint64_t sent_at, int64_t ms_left, int64_t hold_ms)

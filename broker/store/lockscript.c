@@ -13,6 +13,10 @@
 #include "broker/base/log.h"
 #include "broker/base/shared.h"
 
+/* The fence floor's place: rpool writes server.fence_high into it at every
+ * send (store.h, STORE_FLOOR_DIGITS). */
+static const char floor_zeros[STORE_FLOOR_DIGITS + 1] = "00000000000000000000";
+
 static void push(lockscript_t *ls, const char *s, size_t len)
 {
 	if (ls->argc == ls->cap) {
@@ -53,6 +57,7 @@ void lockscript_begin(lockscript_t *ls, const char *lock, size_t lock_len, int n
 	ls->len = ls->len_inline;
 	ls->nints = 0;
 	ls->retry_until = 0;
+	ls->floor_arg = -1;
 	for (int k = 0; k < nkeys; k++) {
 		char *start = p;
 		memcpy(p, prefix, plen);
@@ -75,7 +80,8 @@ void lockscript_begin(lockscript_t *ls, const char *lock, size_t lock_len, int n
 		lockscript_str(ls, prefix);
 		lockscript_arg(ls, lock, lock_len);
 		lockscript_int(ls, LOCK_HEARTBEAT_MS);
-		lockscript_int(ls, server.fence_high);
+		ls->floor_arg = ls->argc;
+		push(ls, floor_zeros, STORE_FLOOR_DIGITS); /* the store writes it */
 	}
 }
 
@@ -109,7 +115,7 @@ void lockscript_int(lockscript_t *ls, int64_t v)
 int lockscript_send(lockscript_t *ls, script_id_t script, store_fn fn, void *priv)
 {
 	int rc = store_eval_lock(ls->lock, ls->lock_len, script, ls->nkeys, ls->argc, ls->argv, ls->len,
-	                         fn, priv, ls->retry_until);
+	                         fn, priv, ls->retry_until, ls->floor_arg);
 
 	if (ls->argv != ls->argv_inline) {
 		free(ls->argv);

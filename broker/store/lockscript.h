@@ -45,6 +45,7 @@ typedef struct lockscript {
 	char ints[16][24]; /* storage of lockscript_int */
 	int nints;
 	uint64_t retry_until; /* store.h's; 0 unless lockscript_retry_until */
+	int floor_arg;        /* the fence floor's index in argv, or -1 */
 } lockscript_t;
 
 /* Starts a call with the lock's first nkeys keys and, when context, the

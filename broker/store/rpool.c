@@ -147,6 +147,26 @@ static void flush_waiting(void)
 	}
 }
 
+/* While the pool is closed for the check after a failover: the check's own
+ * commands that wait (their connection was lost) go out; the rest wait. */
+static void flush_waiting_checks(void)
+{
+	cmdlist_t all = rpool.waiting, keep = {NULL, NULL};
+	rcmd_t *cmd;
+
+	rpool.waiting = (cmdlist_t){NULL, NULL};
+	while ((cmd = rp_list_pop(&all)) != NULL) {
+		if (!cmd->check) {
+			rp_list_push(&keep, cmd);
+			continue;
+		}
+		timer_cancel(&cmd->give_up);
+		rp_dispatch(cmd);
+	}
+	while ((cmd = rp_list_pop(&keep)) != NULL)
+		rp_list_push(&rpool.waiting, cmd);
+}
+
 /* One handshake reply came back; the last one makes the connection ready. */
 static void handshake_step(rconn_t *c)
 {
@@ -183,8 +203,10 @@ static void handshake_step(rconn_t *c)
 		if (rpool.checking)
 			return;
 	}
-	if (rpool.checking)
-		return; /* opens when the check is done */
+	if (rpool.checking) {
+		flush_waiting_checks(); /* a check resent after a lost connection */
+		return;                 /* opens when the check is done */
+	}
 	flush_waiting();
 	if (!was_up && rpool.on_up)
 		rpool.on_up();

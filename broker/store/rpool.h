@@ -107,10 +107,15 @@ size_t rpool_pending(void);
  * command ran is unknown) makes it go out again on a connection that is
  * ready, or as soon as one is; fn sees NULL only after that time. Such a
  * command is also accepted while no connection is ready.
+ *
+ * floor_arg: the index in argv of the fence floor (STORE_FLOOR_DIGITS
+ * digits), rewritten with server.fence_high each time the command goes
+ * out, so a command sent again after a failover carries every fence seen
+ * since it was built; -1 for none.
  */
 int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
                const char *const *argv, const size_t *argvlen,
-               store_fn fn, void *priv, uint64_t retry_until, bool wait);
+               store_fn fn, void *priv, uint64_t retry_until, bool wait, int floor_arg);
 
 /* False while a callback runs for a command sent with wait whose WAIT did
  * not count wait_replicas replicas that have its writes (too few within

@@ -34,6 +34,7 @@
 #include <hiredis/async.h>
 
 #include "broker/base/counters.h"
+#include "broker/base/shared.h"
 #include "broker/base/htab.h"
 #include "broker/base/log.h"
 #include "broker/base/timers.h"
@@ -88,7 +89,7 @@ static void wait_detach(rcmd_t *cmd)
 
 /* ---- command lists ------------------------------------------------------- */
 
-static void list_push(cmdlist_t *l, rcmd_t *cmd)
+void rp_list_push(cmdlist_t *l, rcmd_t *cmd)
 {
 	cmd->next = NULL;
 	if (l->tail)
@@ -166,11 +167,12 @@ static void unpin(rcmd_t *cmd)
 		*p = rpool.pins[--rpool.npins];
 }
 
-static rconn_t *pick(uint32_t route)
+/* check: a command of the check after a failover, which passes the gate. */
+static rconn_t *pick(uint32_t route, bool check)
 {
 	struct pin *p = rpool.npins ? pin_find(route) : NULL;
 
-	if (rpool.checking && !rpool.in_check_cb)
+	if (rpool.checking && !rpool.in_check_cb && !check)
 		return NULL; /* closed for the check after a failover */
 	if (p && rp_usable(&rpool.conns[p->conn]))
 		return &rpool.conns[p->conn];
@@ -229,13 +231,26 @@ static void deliver_unacked(rcmd_t *cmd, const redisReply *reply, const char *wh
 	rpool.in_unacked = false;
 }
 
+/* The fence floor, STORE_FLOOR_DIGITS digits with leading zeros. */
+static void put_floor(char *at, int64_t floor)
+{
+	uint64_t v = floor > 0 ? (uint64_t)floor : 0;
+
+	for (int k = STORE_FLOOR_DIGITS - 1; k >= 0; k--) {
+		at[k] = (char)('0' + v % 10);
+		v /= 10;
+	}
+}
+
 static int conn_send(rconn_t *c, rcmd_t *cmd)
 {
 	if (c->reloading) {
-		list_push(&c->held, cmd);
+		rp_list_push(&c->held, cmd);
 		return 0;
 	}
 	cmd->sent_ns = uv_hrtime();
+	if (cmd->floor_off)
+		put_floor(cmd->resp + cmd->floor_off, server.fence_high);
 	if (redisAsyncFormattedCommand(c->ac, on_reply, cmd, cmd->resp, cmd->len) != REDIS_OK)
 		return -1;
 	if (c->pending++ == 0) {
@@ -297,7 +312,7 @@ static void on_give_up(timer_ent_t *t)
  * ready, a command that may be resent waits for one; another fails. */
 void rp_dispatch(rcmd_t *cmd)
 {
-	rconn_t *c = rpool.closing ? NULL : pick(cmd->route);
+	rconn_t *c = rpool.closing ? NULL : pick(cmd->route, cmd->check);
 
 	unpin(cmd);
 	if (c && conn_send(c, cmd) == 0) {
@@ -305,7 +320,7 @@ void rp_dispatch(rcmd_t *cmd)
 		return;
 	}
 	if (!rpool.closing && cmd->retry_until > timers_now()) {
-		list_push(&rpool.waiting, cmd);
+		rp_list_push(&rpool.waiting, cmd);
 		timer_at(&cmd->give_up, cmd->retry_until);
 		return;
 	}
@@ -351,12 +366,13 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 		wait_detach(cmd);
 		cmd->reloaded = true;
 		c->reloading = true;
-		list_push(&c->redo, cmd);
+		rp_list_push(&c->redo, cmd);
 		reload_when_quiet(c);
 		return;
 	}
 	if (reply && rpool.require_master && reply->type == REDIS_REPLY_ERROR &&
-	    strncmp(reply->str, "READONLY", 8) == 0) {
+	    (strncmp(reply->str, "READONLY", 8) == 0 || strstr(reply->str, "-READONLY ") != NULL)) {
+		/* Redis 7 answers READONLY; Redis 6 wraps it in a script error. */
 		/* A replica where the master was: the script did not run. The
 		 * connection goes (it reconnects, and ROLE holds it back until
 		 * the sentinels name the master); a repeatable command waits. */
@@ -371,7 +387,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 		}
 		if (cmd->retry_until > timers_now() && !rpool.closing) {
 			unpin(cmd);
-			list_push(&rpool.waiting, cmd);
+			rp_list_push(&rpool.waiting, cmd);
 			timer_at(&cmd->give_up, cmd->retry_until);
 			return;
 		}
@@ -386,7 +402,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 		wait_detach(cmd);
 		cmd->replayed = true;
 		if (c->reloading)
-			list_push(&c->redo, cmd);
+			rp_list_push(&c->redo, cmd);
 		else
 			rp_dispatch(cmd);
 		return;
@@ -435,9 +451,9 @@ static char *put_bulk(char *p, const char *s, size_t len)
 
 int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
                const char *const *argv, const size_t *argvlen,
-               store_fn fn, void *priv, uint64_t retry_until, bool wait)
+               store_fn fn, void *priv, uint64_t retry_until, bool wait, int floor_arg)
 {
-	rconn_t *c = rpool.closing ? NULL : pick(route);
+	rconn_t *c = rpool.closing ? NULL : pick(route, rpool.checking && rpool.in_check_cb);
 	size_t total = 0;
 	rcmd_t *cmd;
 	char *p, nkeys_buf[24];
@@ -458,6 +474,9 @@ int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
 	cmd->replayed = false;
 	cmd->pinned = false;
 	cmd->wait = wait;
+	/* Made inside the failover check's callback: part of the check. */
+	cmd->check = rpool.checking && rpool.in_check_cb;
+	cmd->floor_off = 0;
 	cmd->wref = NULL;
 	cmd->held = NULL;
 	cmd->fn = fn;
@@ -470,8 +489,11 @@ int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
 	p = put_bulk(p, "EVALSHA", 7);
 	p = put_bulk(p, rpool.sha[script], 40);
 	p = put_bulk(p, nkeys_buf, (size_t)(put_uint(nkeys_buf, (size_t)nkeys) - nkeys_buf));
-	for (int k = 0; k < argc; k++)
+	for (int k = 0; k < argc; k++) {
 		p = put_bulk(p, argv[k], argvlen[k]);
+		if (k == floor_arg && argvlen[k] == STORE_FLOOR_DIGITS)
+			cmd->floor_off = (size_t)(p - cmd->resp) - 2 - STORE_FLOOR_DIGITS;
+	}
 	cmd->len = (size_t)(p - cmd->resp);
 	*p = '\0'; /* hiredis looks for the command name with strchr */
 	if (c && conn_send(c, cmd) == 0) {
@@ -480,7 +502,7 @@ int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
 	}
 	if (retry_until > timers_now()) {
 		rpool.pending++;
-		list_push(&rpool.waiting, cmd);
+		rp_list_push(&rpool.waiting, cmd);
 		timer_at(&cmd->give_up, retry_until);
 		return 0;
 	}

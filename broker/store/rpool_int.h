@@ -97,6 +97,8 @@ struct rcmd {
 	bool replayed;        /* sent again after a lost reply */
 	bool pinned;          /* holds a pin on its route (see the header) */
 	bool wait;            /* followed by WAIT (rpool_eval's wait) */
+	bool check;           /* part of the check after a failover: passes the gate */
+	size_t floor_off;     /* the fence floor's digits in resp (FLOOR_DIGITS), or 0 */
 	struct waitref *wref; /* the WAIT sent behind it, not yet answered */
 	redisReply *held;     /* its reply, kept until that WAIT answers */
 	store_fn fn;
@@ -172,6 +174,7 @@ bool rp_usable(const rconn_t *c);
 void rp_send_script_load(redisAsyncContext *ac, redisCallbackFn *fn, void *priv, script_id_t id);
 
 /* rpool_cmd.c: the commands. */
+void rp_list_push(cmdlist_t *l, rcmd_t *cmd);
 rcmd_t *rp_list_pop(cmdlist_t *l);
 /* cmd's callback runs, once, with reply (NULL: failed); cmd is freed. */
 void rp_deliver(rcmd_t *cmd, const redisReply *reply);

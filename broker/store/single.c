@@ -119,14 +119,14 @@ bool store_replicated(void)
 
 int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int nkeys, int argc,
                     const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
-                    uint64_t retry_until)
+                    uint64_t retry_until, int floor_arg)
 {
 	/* WAIT (--redis-wait-replicas) behind every call that may grant or
 	 * change a lease; verify and inspect only read. */
 	bool wait = script != SCRIPT_VERIFY && script != SCRIPT_INSPECT;
 
 	return rpool_eval(rpool_route(lock, lock_len), script, nkeys, argc, argv, argvlen, fn, priv,
-	                  retry_until, wait);
+	                  retry_until, wait, floor_arg);
 }
 
 /* The part of key that picks its connection: its hash tag, the way Redis
@@ -161,5 +161,5 @@ int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc
 	memcpy(lens + 1, argvlen, (size_t)argc * sizeof(*argvlen));
 	part = route_part(key, key_len, &part_len);
 	return rpool_eval(rpool_route(part, part_len), script, 1, argc + 1, all, lens, fn, priv,
-	                  retry_until, false);
+	                  retry_until, false, -1);
 }

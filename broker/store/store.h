@@ -59,6 +59,10 @@
 
 typedef void (*store_fn)(const redisReply *reply, void *priv);
 
+/* A lock script's fence floor is sent as this many digits (leading zeros),
+ * so the store can write the newest floor into it at every send. */
+#define STORE_FLOOR_DIGITS 20
+
 /* The `why` of on_data_loss after a failover to another master. */
 #define STORE_LOSS_FAILOVER "failover"
 
@@ -105,7 +109,7 @@ bool store_replicated(void);
  * will run), -1 when not (fn will not). */
 int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int nkeys, int argc,
                     const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
-                    uint64_t retry_until);
+                    uint64_t retry_until, int floor_arg);
 
 /* A script on one key that is no lock's, with args after the key (copied);
  * the key's hash tag ({...}, as Redis Cluster reads it) picks where it runs.

@@ -305,3 +305,28 @@ HA_TEST(failover, wait_replicas_answers_unavailable_without_the_replica, 90)
 	lb_expect_ok(acquire(d, "w-new", 10000, 0));
 	lb_end();
 }
+
+/* A watchdog renewal the replica does not acknowledge does not move the
+ * lease's end: a failover could bring the old end back. With replication
+ * cut, the holder hears `lost` by the TTL counted from its last
+ * acknowledged renewal. */
+HA_TEST(failover, wait_replicas_a_renewal_without_the_replica_is_no_renewal, 90)
+{
+	lb_broker *A = lb_broker_start_url(ha_sentinel_url(NULL), "--redis-wait-replicas", "1",
+	                                   "--redis-wait-ms", "200", NULL);
+	lb_client *c = lb_connect(A, LB_TCP);
+	int r = ha_replica_port();
+
+	json_t *g = acquire(c, "w-renew", 1500, 0);
+	lb_expect_ok(g);
+	cr_assert_null(lb_next_event(c, 2000), "lost while the replica acknowledged the renewals");
+	ha_pause_replication(r);
+	int64_t t = lb_now_ms();
+	json_t *ev = lb_next_event(c, 5000);
+	cr_assert_not_null(ev, "no lost event: renewals the replica never had kept the lease");
+	cr_assert_str_eq(lb_str(ev, "event"), "lost");
+	cr_assert_str_eq(lb_str(ev, "reason"), "redis_unavailable");
+	cr_assert_lt(lb_now_ms() - t, 1500 + 1000, "lost later than the TTL allows");
+	cr_assert(log_has(A, "renewal not acknowledged by enough replicas"));
+	lb_end();
+}
