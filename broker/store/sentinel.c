@@ -12,7 +12,13 @@
  *   watch  SUBSCRIBE +switch-master on one sentinel for as long as it
  *          lives; then the next sentinel, WATCH_RETRY_MS later. Each time
  *          it subscribes the sentinels are asked too: a switch may have
- *          been missed meanwhile.
+ *          been missed meanwhile. They are also asked every REASK_MS, for
+ *          a watch that died without a word.
+ *
+ * An answer to a round that began before the last +switch-master is not
+ * taken (it may name the master from before the switch, from a sentinel
+ * that had not heard yet): the sentinels are asked again, the one that
+ * announced the switch first.
  *
  * Every connection attempt bumps its sconn's attempt number; callbacks
  * carry the number they were made for and ignore themselves when it is
@@ -40,6 +46,7 @@
 #define ROUND_MIN_MS 250
 #define ROUND_MAX_MS 2000
 #define WATCH_RETRY_MS 500
+#define REASK_MS 5000 /* asked again this often: a watch may be dead silently */
 
 struct sconn {
 	const char *role; /* "ask" or "watch", for the log */
@@ -67,11 +74,14 @@ static struct {
 	bool closing;
 	struct sconn ask, watch;
 	bool asking;  /* a round is on */
+	unsigned switches;  /* +switch-master messages taken */
+	unsigned round_switches; /* switches when the round began */
+	int ask_first;      /* 1 + the sentinel the next round asks first, or 0 */
 	bool again;   /* asked for during the round: one more after it */
 	int tried;    /* sentinels tried in this round */
 	uint32_t round_ms;
 	uint64_t last_round_at;
-	timer_ent_t ask_timeout, ask_later, watch_later;
+	timer_ent_t ask_timeout, ask_later, watch_later, reask;
 } S;
 
 static void sconn_connect(struct sconn *sc, int idx);
@@ -206,7 +216,8 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 		 * free again for the attempt that waits for it. */
 		if (sc->reconnect) {
 			sc->reconnect = false;
-			sconn_connect(sc, sc->idx);
+			if (sc != &S.ask || S.asking) /* an ask outside a round: none */
+				sconn_connect(sc, sc->idx);
 		}
 		return;
 	}
@@ -227,6 +238,8 @@ static void sconn_connect(struct sconn *sc, int idx)
 	struct addrinfo hints;
 	int rc;
 
+	if (sc->ac)
+		sconn_abandon(sc, false); /* never two contexts: the old one would leak */
 	sc->idx = idx;
 	sc->attempt++;
 	if (sc->resolving) {
@@ -259,6 +272,11 @@ static void start_round(void)
 	S.asking = true;
 	S.again = false;
 	S.tried = 0;
+	S.round_switches = S.switches;
+	if (S.ask_first) {
+		S.ask.idx = S.ask_first - 1;
+		S.ask_first = 0;
+	}
 	S.last_round_at = timers_now();
 	timer_at(&S.ask_timeout, timers_now() + ASK_TIMEOUT_MS);
 	sconn_connect(&S.ask, S.ask.idx);
@@ -365,6 +383,13 @@ static void on_ask_reply(redisAsyncContext *ac, void *r, void *priv)
 	S.asking = false;
 	S.round_ms = ROUND_MIN_MS;
 	timer_cancel(&S.ask_timeout);
+	if (S.round_switches != S.switches) {
+		/* Asked before a switch was announced: the answer may name the
+		 * master from before it. Asked again (the announcer first). */
+		S.again = false;
+		sentinel_ask();
+		return;
+	}
 	S.on_master(host, port);
 	if (S.again) {
 		S.again = false;
@@ -424,6 +449,10 @@ static void on_switch(const char *msg, size_t len)
 	host[flen[3]] = '\0';
 	LOG(LOG_WARN, "msg=\"sentinel announced a new master\" master=\"%s\" addr=%s:%d",
 	    S.addr->master_name, host, port);
+	/* An ask under way, or answered late, may name the old master; the
+	 * sentinel that announced the switch is asked first from now on. */
+	S.switches++;
+	S.ask_first = S.watch.idx + 1;
 	S.on_master(host, port);
 }
 
@@ -459,6 +488,18 @@ static void watch_open(struct sconn *sc)
 	redisAsyncCommand(sc->ac, on_watch_msg, (void *)sc->attempt, "SUBSCRIBE +switch-master");
 }
 
+/* A watch connection that died without a word (a half-open socket, a
+ * sentinel cut off) would hide a switch: the sentinels are asked again
+ * every REASK_MS whatever the watch says. */
+static void on_reask(timer_ent_t *t)
+{
+	(void)t;
+	if (S.closing)
+		return;
+	sentinel_ask();
+	timer_at(&S.reask, timers_now() + REASK_MS);
+}
+
 /* ---- life ---------------------------------------------------------------------- */
 
 void sentinel_start(uv_loop_t *loop, const redis_addr_t *addr, sentinel_master_fn on_master)
@@ -473,6 +514,8 @@ void sentinel_start(uv_loop_t *loop, const redis_addr_t *addr, sentinel_master_f
 	timer_init(&S.ask_timeout, on_ask_timeout);
 	timer_init(&S.ask_later, on_ask_later);
 	timer_init(&S.watch_later, on_watch_later);
+	timer_init(&S.reask, on_reask);
+	timer_at(&S.reask, timers_now() + REASK_MS);
 	sconn_connect(&S.watch, 0);
 	sentinel_ask();
 }
@@ -486,6 +529,7 @@ void sentinel_close(void)
 	S.closing = true;
 	timer_cancel(&S.ask_timeout);
 	timer_cancel(&S.ask_later);
+	timer_cancel(&S.reask);
 	timer_cancel(&S.watch_later);
 	for (int k = 0; k < 2; k++) {
 		if (all[k]->resolving)
