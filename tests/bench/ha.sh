@@ -54,17 +54,7 @@ res="$tmp/results.txt"
 PIDS_FILE="$tmp/pids"
 : >"$PIDS_FILE"
 
-stop_pid() { # pid: TERM, then KILL after 10 s
-	[ -n "$1" ] || return 0
-	kill -TERM "$1" 2>/dev/null || return 0
-	n=0
-	while kill -0 "$1" 2>/dev/null && [ $n -lt 100 ]; do
-		sleep 0.1
-		n=$((n + 1))
-	done
-	kill -KILL "$1" 2>/dev/null || true
-	wait "$1" 2>/dev/null || true
-}
+. "$top/tests/bench/lib.sh" # stop_pid, ratio
 cleanup() {
 	trap - INT TERM EXIT
 	# in the reverse order of their start
@@ -183,9 +173,6 @@ emit() {
 }
 median() { # values on stdin, one per line
 	sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-ratio() {
-	awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "n/a" || b == "n/a" || b + 0 == 0) print "n/a"; else printf "%.2f\n", a / b }'
 }
 
 echo

@@ -75,17 +75,7 @@ a_pid=""
 b_pid=""
 failures=0
 
-stop_pid() { # pid: TERM, then KILL after 10 s
-	[ -n "$1" ] || return 0
-	kill -TERM "$1" 2>/dev/null || return 0
-	n=0
-	while kill -0 "$1" 2>/dev/null && [ $n -lt 100 ]; do
-		sleep 0.1
-		n=$((n + 1))
-	done
-	kill -KILL "$1" 2>/dev/null || true
-	wait "$1" 2>/dev/null || true
-}
+. "$top/tests/bench/lib.sh" # stop_pid, ratio
 cleanup() {
 	trap - INT TERM EXIT
 	stop_pid "$a_pid"
@@ -155,9 +145,6 @@ runb() { # runs one measurement; its stdout lines are results
 }
 val() { # the value of a result line
 	awk -v k="$1:" '$1 == k { print $2; exit }' "$res"
-}
-ratio() {
-	awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "n/a" || b == "n/a" || b + 0 == 0) print "n/a"; else printf "%.2f\n", a / b }'
 }
 section() {
 	echo
