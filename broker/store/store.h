@@ -19,14 +19,16 @@
  *     that go out in one loop turn leave on their connections together
  *     (pipelined), so the renewals of one connection travel in one batch.
  *
- * Backends behind this header (one file each; today single.c, the only one
- * built, implements every function):
- *   single    today's: one Redis (redis:// or unix://), a pool of
- *             connections chosen by a hash of the lock name (rpool.c), the
- *             script cache, one inbox subscription, the canary.
- *   sentinel  the same pool, connected to the master that Sentinel names;
- *             +switch-master (or a ROLE check that says replica) reconnects
- *             the pool and reports on_data_loss, so every lease is checked.
+ * Backends behind this header (single.c implements every function; the
+ * Sentinel mode is single.c with sentinel.c naming its target):
+ *   single    one Redis (redis:// or unix://), a pool of connections
+ *             chosen by a hash of the lock name (rpool.c), the script
+ *             cache, one inbox subscription, the canary.
+ *   sentinel  built (sentinel://): the same pool, connected to the master
+ *             that Sentinel names; +switch-master, a lost connection or a
+ *             READONLY reply asks again; a new master closes the pool
+ *             until every lease is checked (on_data_loss "failover"), and
+ *             --redis-wait-replicas puts WAIT behind each call that grants.
  *   cluster   a pool per master; a lock's call goes to the master of its
  *             key slot (every key of a lock shares the hash tag {N}), with
  *             MOVED/ASK/TRYAGAIN handled in the backend; wake-ups through
