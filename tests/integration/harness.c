@@ -40,6 +40,7 @@ struct lb_redis {
     char sock[PATH_MAX];      /* unix only */
     char url[PATH_MAX + 16];
     char log[PATH_MAX];
+    char cluster_conf[PATH_MAX]; /* cluster mode's nodes file, else "" */
     redisContext *ctx;
 };
 
@@ -447,6 +448,12 @@ static void redis_spawn(lb_redis *r)
     argv[n++] = "no";
     argv[n++] = "--enable-debug-command"; /* DEBUG SLEEP in the lost-reply tests */
     argv[n++] = "yes";
+    if (r->cluster_conf[0]) {
+        argv[n++] = "--cluster-enabled";
+        argv[n++] = "yes";
+        argv[n++] = "--cluster-config-file";
+        argv[n++] = r->cluster_conf;
+    }
     argv[n] = NULL;
     r->pid = spawn(argv, r->log);
 
@@ -483,7 +490,19 @@ static void redis_spawn(lb_redis *r)
     }
 }
 
+static lb_redis *redis_start(bool tcp, bool cluster);
+
 lb_redis *lb_redis_start(bool tcp)
+{
+    return redis_start(tcp, false);
+}
+
+lb_redis *lb_redis_start_cluster_node(void)
+{
+    return redis_start(true, true);
+}
+
+static lb_redis *redis_start(bool tcp, bool cluster)
 {
     cr_assert(G.active, "lb_setup was not run (use LB_TEST)");
     cr_assert(G.nredis < (int)(sizeof(G.redis) / sizeof(G.redis[0])));
@@ -500,6 +519,8 @@ lb_redis *lb_redis_start(bool tcp)
         snprintf(r->url, sizeof(r->url), "unix://%s", r->sock);
     }
     snprintf(r->log, sizeof(r->log), "%s/redis%d.log", G.dir, n);
+    if (cluster)
+        snprintf(r->cluster_conf, sizeof(r->cluster_conf), "%s/redis%d-nodes.conf", G.dir, n);
     G.redis[G.nredis++] = r;
     redis_spawn(r);
     return r;

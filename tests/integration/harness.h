@@ -73,6 +73,9 @@ typedef struct lb_redis lb_redis;
 /* Start a private redis-server: on a Unix socket in the temp dir, or on a free
  * TCP port of 127.0.0.1 when tcp is true. Waits until it answers PING. */
 lb_redis *lb_redis_start(bool tcp);
+/* The same on TCP with --cluster-enabled yes: one node, no slots assigned
+ * (CLUSTER KEYSLOT answers; data commands do not). */
+lb_redis *lb_redis_start_cluster_node(void);
 /* SIGTERM, wait (5 s, then SIGKILL). */
 void lb_redis_stop(lb_redis *r);
 /* Start again on the same socket / port (empty: no persistence). */
