@@ -38,8 +38,6 @@
 #include "broker/store/redis_uv.h"
 #include "broker/store/rpool_int.h"
 
-struct rpool_state rpool;
-
 static void rconn_connect(rconn_t *c);
 
 /* ---- connections ---------------------------------------------------------- */
@@ -50,14 +48,14 @@ bool rp_usable(const rconn_t *c)
 	       !(c->ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING));
 }
 
-static uint32_t jitter(uint32_t ms)
+static uint32_t jitter(rpool_t *pool, uint32_t ms)
 {
 	/* xorshift32: spreads reconnects of many brokers; not for secrets. */
-	uint32_t x = rpool.rand_state;
+	uint32_t x = pool->rand_state;
 	x ^= x << 13;
 	x ^= x >> 17;
 	x ^= x << 5;
-	rpool.rand_state = x;
+	pool->rand_state = x;
 	return ms - ms / 5 + x % (ms / 5 * 2 + 1); /* ms +- 20% */
 }
 
@@ -91,11 +89,11 @@ static void schedule_retry(rconn_t *c)
 	c->state = RC_DOWN;
 	timer_cancel(&c->watch);
 	rehome(c);
-	timer_at(&c->retry, timers_now() + jitter(c->backoff_ms));
+	timer_at(&c->retry, timers_now() + jitter(c->pool, c->backoff_ms));
 	c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
 }
 
-static void close_timer_maybe_done(void);
+static void close_timer_maybe_done(rpool_t *pool);
 
 /* redis_uv: hiredis freed the context (any path). */
 static void on_freed(void *priv)
@@ -104,24 +102,26 @@ static void on_freed(void *priv)
 
 	c->ac = NULL;
 	if (c->state == RC_CLOSING)
-		close_timer_maybe_done();
+		close_timer_maybe_done(c->pool);
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
 {
 	rconn_t *c = ac->data;
+	rpool_t *pool = c->pool;
 
 	if (status != REDIS_OK) {
 		LOG(LOG_WARN, "msg=\"redis connect failed\" conn=%d err=\"%s\"", c->idx, ac->errstr);
 		schedule_retry(c); /* hiredis frees the context after this */
-		if (!c->subscriber && rpool.on_lost)
-			rpool.on_lost();
+		if (!c->subscriber && pool->on_lost)
+			pool->on_lost();
 	}
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
 	rconn_t *c = ac->data;
+	rpool_t *pool = c->pool;
 	bool was_ready = c->state == RC_READY;
 
 	if (c->state == RC_CLOSING || c->dropping)
@@ -130,17 +130,17 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 		LOG(LOG_WARN, "msg=\"redis connection lost\" conn=%d err=\"%s\"", c->idx,
 		    status == REDIS_OK ? "closed" : ac->errstr);
 	schedule_retry(c);
-	if (!c->subscriber && rpool.on_lost)
-		rpool.on_lost();
+	if (!c->subscriber && pool->on_lost)
+		pool->on_lost();
 }
 
 /* Sends what waits for a connection (lost replies to resend). */
-static void flush_waiting(void)
+static void flush_waiting(rpool_t *pool)
 {
-	cmdlist_t all = rpool.waiting;
+	cmdlist_t all = pool->waiting;
 	rcmd_t *cmd;
 
-	rpool.waiting = (cmdlist_t){NULL, NULL};
+	pool->waiting = (cmdlist_t){NULL, NULL};
 	while ((cmd = rp_list_pop(&all)) != NULL) {
 		timer_cancel(&cmd->give_up);
 		rp_dispatch(cmd);
@@ -149,12 +149,12 @@ static void flush_waiting(void)
 
 /* While the pool is closed for the check after a failover: the check's own
  * commands that wait (their connection was lost) go out; the rest wait. */
-static void flush_waiting_checks(void)
+static void flush_waiting_checks(rpool_t *pool)
 {
-	cmdlist_t all = rpool.waiting, keep = {NULL, NULL};
+	cmdlist_t all = pool->waiting, keep = {NULL, NULL};
 	rcmd_t *cmd;
 
-	rpool.waiting = (cmdlist_t){NULL, NULL};
+	pool->waiting = (cmdlist_t){NULL, NULL};
 	while ((cmd = rp_list_pop(&all)) != NULL) {
 		if (!cmd->check) {
 			rp_list_push(&keep, cmd);
@@ -164,12 +164,13 @@ static void flush_waiting_checks(void)
 		rp_dispatch(cmd);
 	}
 	while ((cmd = rp_list_pop(&keep)) != NULL)
-		rp_list_push(&rpool.waiting, cmd);
+		rp_list_push(&pool->waiting, cmd);
 }
 
 /* One handshake reply came back; the last one makes the connection ready. */
 static void handshake_step(rconn_t *c)
 {
+	rpool_t *pool = c->pool;
 	bool was_up;
 
 	if (--c->handshake_left > 0)
@@ -178,69 +179,70 @@ static void handshake_step(rconn_t *c)
 		redisAsyncDisconnect(c->ac); /* on_disconnect schedules the retry */
 		return;
 	}
-	was_up = rpool_up();
+	was_up = rpool_up(pool);
 	c->state = RC_READY;
 	c->addr_ok = true;
 	c->backoff_ms = BACKOFF_MIN_MS;
 	timer_cancel(&c->watch);
 	LOG(LOG_INFO, "msg=\"redis connected\" conn=%d%s", c->idx, c->subscriber ? " role=inbox" : "");
 	if (c->subscriber) {
-		if (rpool.on_subscribed)
-			rpool.on_subscribed();
+		if (pool->on_subscribed)
+			pool->on_subscribed();
 		return;
 	}
-	if (rpool.loss && rpool.loss_gates && rpool.on_data_loss) {
+	if (pool->loss && pool->loss_gates && pool->on_data_loss) {
 		/* After a failover: the check of what the new master lost goes
 		 * out first, alone; rpool_check_done opens the pool. */
-		const char *why = rpool.loss;
-		rpool.loss = NULL;
-		rpool.loss_gates = false;
-		rpool.checking = true;
-		timer_at(&rpool.check_timer, timers_now() + CHECK_TIMEOUT_MS);
-		rpool.in_check_cb = true;
-		rpool.on_data_loss(why);
-		rpool.in_check_cb = false;
-		if (rpool.checking)
+		const char *why = pool->loss;
+		pool->loss = NULL;
+		pool->loss_gates = false;
+		pool->checking = true;
+		timer_at(&pool->check_timer, timers_now() + CHECK_TIMEOUT_MS);
+		pool->in_check_cb = true;
+		pool->on_data_loss(why);
+		pool->in_check_cb = false;
+		if (pool->checking)
 			return;
 	}
-	if (rpool.checking) {
-		flush_waiting_checks(); /* a check resent after a lost connection */
+	if (pool->checking) {
+		flush_waiting_checks(pool); /* a check resent after a lost connection */
 		return;                 /* opens when the check is done */
 	}
-	flush_waiting();
-	if (!was_up && rpool.on_up)
-		rpool.on_up();
-	if (rpool.loss && rpool.on_data_loss) {
-		const char *why = rpool.loss;
-		rpool.loss = NULL;
-		rpool.on_data_loss(why);
+	flush_waiting(pool);
+	if (!was_up && pool->on_up)
+		pool->on_up();
+	if (pool->loss && pool->on_data_loss) {
+		const char *why = pool->loss;
+		pool->loss = NULL;
+		pool->on_data_loss(why);
 	}
 }
 
-void rpool_check_done(void)
+void rpool_check_done(rpool_t *pool)
 {
-	if (!rpool.checking)
+	if (!pool->checking)
 		return;
-	if (rpool.in_check_cb) {
+	if (pool->in_check_cb) {
 		/* Nothing to ask (no lease): done before the callback returned. */
-		rpool.checking = false;
-		timer_cancel(&rpool.check_timer);
+		pool->checking = false;
+		timer_cancel(&pool->check_timer);
 		return;
 	}
-	rpool.checking = false;
-	timer_cancel(&rpool.check_timer);
-	if (!rpool_up())
+	pool->checking = false;
+	timer_cancel(&pool->check_timer);
+	if (!rpool_up(pool))
 		return; /* lost meanwhile: the next ready connection opens it */
-	flush_waiting();
-	if (rpool.on_up)
-		rpool.on_up();
+	flush_waiting(pool);
+	if (pool->on_up)
+		pool->on_up();
 }
 
 static void on_check_timeout(timer_ent_t *t)
 {
-	(void)t;
+	rpool_t *pool = (rpool_t *)((char *)t - offsetof(rpool_t, check_timer));
+
 	LOG(LOG_WARN, "msg=\"the data-loss check after the failover did not finish; serving anyway\"");
-	rpool_check_done();
+	rpool_check_done(pool);
 }
 
 /* The subscriber's one callback: the subscribe confirmation (the last
@@ -248,6 +250,7 @@ static void on_check_timeout(timer_ent_t *t)
 static void on_inbox(redisAsyncContext *ac, void *r, void *priv)
 {
 	rconn_t *c = ac->data;
+	rpool_t *pool = c->pool;
 	redisReply *reply = r;
 
 	(void)priv;
@@ -260,13 +263,13 @@ static void on_inbox(redisAsyncContext *ac, void *r, void *priv)
 		return;
 	}
 	if (strcmp(reply->element[0]->str, "message") == 0 && c->state == RC_READY &&
-	    reply->element[2]->type == REDIS_REPLY_STRING && rpool.on_message)
-		rpool.on_message(reply->element[2]->str, reply->element[2]->len);
+	    reply->element[2]->type == REDIS_REPLY_STRING && pool->on_message)
+		pool->on_message(reply->element[2]->str, reply->element[2]->len);
 }
 
 /* INFO server's run_id: a new one is a Redis that restarted (or another
  * server answering at the address). */
-static void check_run_id(const redisReply *reply)
+static void check_run_id(rpool_t *pool, const redisReply *reply)
 {
 	const char *p = reply->type == REDIS_REPLY_STRING ? strstr(reply->str, "run_id:") : NULL;
 	char id[RUN_ID_LEN + 1];
@@ -280,21 +283,22 @@ static void check_run_id(const redisReply *reply)
 		id[k] = p[k];
 	}
 	id[RUN_ID_LEN] = '\0';
-	if (strcmp(id, rpool.run_id) == 0)
+	if (strcmp(id, pool->run_id) == 0)
 		return;
-	if (rpool.run_id[0]) {
+	if (pool->run_id[0]) {
 		LOG(LOG_WARN, "msg=\"redis restarted: its data may be lost\" run_id=%.8s.. was=%.8s..", id,
-		    rpool.run_id);
-		memcpy(rpool.run_id, id, sizeof(id));
-		rpool.loss = "redis restarted"; /* reported when the connection is ready */
+		    pool->run_id);
+		memcpy(pool->run_id, id, sizeof(id));
+		pool->loss = "redis restarted"; /* reported when the connection is ready */
 		return;
 	}
-	memcpy(rpool.run_id, id, sizeof(id));
+	memcpy(pool->run_id, id, sizeof(id));
 }
 
 static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
 {
 	rconn_t *c = ac->data;
+	rpool_t *pool = c->pool;
 	redisReply *reply = r;
 	intptr_t step = (intptr_t)priv; /* STEP_*, else a script id */
 
@@ -306,24 +310,24 @@ static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
 			LOG(LOG_ERROR, "msg=\"redis handshake failed\" conn=%d err=\"%.200s\"", c->idx, reply->str);
 		c->handshake_failed = true;
 	} else if (step == STEP_INFO) {
-		check_run_id(reply);
+		check_run_id(pool, reply);
 	} else if (step == STEP_ROLE) {
 		if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
 		    reply->element[0]->type != REDIS_REPLY_STRING ||
 		    strcmp(reply->element[0]->str, "master") != 0) {
 			LOG(LOG_WARN, "msg=\"redis is not a master; asking the sentinels again\" conn=%d "
-			    "addr=%s:%d role=\"%.20s\"", c->idx, rpool.target.host, rpool.target.port,
+			    "addr=%s:%d role=\"%.20s\"", c->idx, pool->target.host, pool->target.port,
 			    reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
 			            reply->element[0]->type == REDIS_REPLY_STRING
 			        ? reply->element[0]->str
 			        : "?");
 			c->handshake_failed = true;
-			if (rpool.on_not_master)
-				rpool.on_not_master();
+			if (pool->on_not_master)
+				pool->on_not_master();
 		}
 	} else if (step >= 0 && reply->type == REDIS_REPLY_STRING && reply->len == 40) {
-		memcpy(rpool.sha[step], reply->str, 40);
-		rpool.sha[step][40] = '\0';
+		memcpy(pool->sha[step], reply->str, 40);
+		pool->sha[step][40] = '\0';
 	}
 	handshake_step(c);
 }
@@ -332,6 +336,8 @@ static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
  * callbacks run with NULL) and reconnects after the backoff. */
 static void rconn_drop(rconn_t *c, const char *why)
 {
+	rpool_t *pool = c->pool;
+
 	LOG(LOG_WARN, "msg=\"redis connection dropped\" conn=%d why=\"%s\" pending=%zu", c->idx, why,
 	    c->pending);
 	c->state = RC_DOWN; /* no new commands while the callbacks run */
@@ -342,13 +348,14 @@ static void rconn_drop(rconn_t *c, const char *why)
 	}
 	c->pending = 0;
 	schedule_retry(c);
-	if (!c->subscriber && rpool.on_lost)
-		rpool.on_lost();
+	if (!c->subscriber && pool->on_lost)
+		pool->on_lost();
 }
 
 static void on_watch(timer_ent_t *t)
 {
 	rconn_t *c = (rconn_t *)((char *)t - offsetof(rconn_t, watch));
+	rpool_t *pool = c->pool;
 	uint64_t now = timers_now();
 
 	if (c->state == RC_CONNECTING) {
@@ -357,11 +364,11 @@ static void on_watch(timer_ent_t *t)
 	}
 	if (c->state != RC_READY || c->pending == 0)
 		return;
-	if (now - c->progress_at >= rpool.cmd_timeout_ms) {
+	if (now - c->progress_at >= pool->cmd_timeout_ms) {
 		rconn_drop(c, "command timeout");
 		return;
 	}
-	timer_at(&c->watch, c->progress_at + rpool.cmd_timeout_ms);
+	timer_at(&c->watch, c->progress_at + pool->cmd_timeout_ms);
 }
 
 void rp_send_script_load(redisAsyncContext *ac, redisCallbackFn *fn, void *priv, script_id_t id)
@@ -377,11 +384,12 @@ void rp_send_script_load(redisAsyncContext *ac, redisCallbackFn *fn, void *priv,
  * socket) and pipelines the handshake. */
 static void rconn_open(rconn_t *c, const char *host)
 {
-	const redis_addr_t *a = rpool.addr;
+	rpool_t *pool = c->pool;
+	const redis_addr_t *a = pool->addr;
 	redisAsyncContext *ac;
 	char cname[128];
 
-	ac = host ? redisAsyncConnect(host, rpool.target.port) : redisAsyncConnectUnix(rpool.target.path);
+	ac = host ? redisAsyncConnect(host, pool->target.port) : redisAsyncConnectUnix(pool->target.path);
 	REQUIRE(ac != NULL);
 	if (ac->err) {
 		LOG(LOG_WARN, "msg=\"redis connect failed\" conn=%d err=\"%s\"", c->idx, ac->errstr);
@@ -389,7 +397,7 @@ static void rconn_open(rconn_t *c, const char *host)
 		schedule_retry(c);
 		return;
 	}
-	if (redis_uv_attach(ac, rpool.loop, on_freed, c) != REDIS_OK) {
+	if (redis_uv_attach(ac, pool->loop, on_freed, c) != REDIS_OK) {
 		LOG(LOG_ERROR, "msg=\"cannot attach redis connection to the loop\" conn=%d", c->idx);
 		redisAsyncFree(ac);
 		schedule_retry(c);
@@ -413,12 +421,12 @@ static void rconn_open(rconn_t *c, const char *host)
 		redisAsyncCommandArgv(ac, on_handshake, (void *)STEP_PLAIN, 2, argv, argvlen);
 	}
 	if (c->subscriber)
-		snprintf(cname, sizeof(cname), "%s:inbox", rpool.name);
+		snprintf(cname, sizeof(cname), "%s:inbox", pool->name);
 	else
-		snprintf(cname, sizeof(cname), "%s:%d", rpool.name, c->idx);
+		snprintf(cname, sizeof(cname), "%s:%d", pool->name, c->idx);
 	c->handshake_left++;
 	redisAsyncCommand(ac, on_handshake, (void *)STEP_PLAIN, "CLIENT SETNAME %s", cname);
-	if (rpool.require_master) {
+	if (pool->require_master) {
 		/* Never serve from a replica: a demoted master still answers. */
 		c->handshake_left++;
 		redisAsyncCommand(ac, on_handshake, (void *)STEP_ROLE, "ROLE");
@@ -426,7 +434,7 @@ static void rconn_open(rconn_t *c, const char *host)
 	if (c->subscriber) {
 		/* Channels ignore the db; the confirmation ends the handshake. */
 		c->handshake_left++;
-		redisAsyncCommand(ac, on_inbox, NULL, "SUBSCRIBE %s", rpool.channel);
+		redisAsyncCommand(ac, on_inbox, NULL, "SUBSCRIBE %s", pool->channel);
 		return;
 	}
 	if (a->db != 0) {
@@ -444,6 +452,7 @@ static void rconn_open(rconn_t *c, const char *host)
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
 	rconn_t *c = (rconn_t *)((char *)req - offsetof(rconn_t, gai));
+	rpool_t *pool = c->pool;
 
 	c->resolving = false;
 	c->naddrs = 0;
@@ -460,10 +469,10 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 	}
 	uv_freeaddrinfo(res);
 	if (c->state != RC_RESOLVING) {
-		close_timer_maybe_done(); /* closing: cancelled */
+		close_timer_maybe_done(pool); /* closing: cancelled */
 		return;
 	}
-	if (c->gai_gen != rpool.target.gen) {
+	if (c->gai_gen != pool->target.gen) {
 		/* Resolved for the target before rpool_set_target. */
 		c->naddrs = 0;
 		c->addr_i = 0;
@@ -472,7 +481,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 	}
 	if (c->naddrs == 0) {
 		LOG(LOG_WARN, "msg=\"cannot resolve the redis host\" conn=%d host=\"%s\" err=\"%s\"", c->idx,
-		    rpool.target.host, status ? uv_strerror(status) : "no address");
+		    pool->target.host, status ? uv_strerror(status) : "no address");
 		schedule_retry(c);
 		return;
 	}
@@ -481,16 +490,17 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 
 static void rconn_connect(rconn_t *c)
 {
-	const char *host = rpool.target.host;
+	rpool_t *pool = c->pool;
+	const char *host = pool->target.host;
 	struct in6_addr a6;
 	struct addrinfo hints;
 	int rc;
 
-	if (!rpool.target.set) {
+	if (!pool->target.set) {
 		c->state = RC_DOWN; /* rpool_set_target connects it */
 		return;
 	}
-	if (rpool.target.kind == URL_UNIX) {
+	if (pool->target.kind == URL_UNIX) {
 		rconn_open(c, NULL);
 		return;
 	}
@@ -507,8 +517,8 @@ static void rconn_connect(rconn_t *c)
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	c->state = RC_RESOLVING;
-	c->gai_gen = rpool.target.gen;
-	rc = uv_getaddrinfo(rpool.loop, &c->gai, on_resolved, host, NULL, &hints);
+	c->gai_gen = pool->target.gen;
+	rc = uv_getaddrinfo(pool->loop, &c->gai, on_resolved, host, NULL, &hints);
 	if (rc != 0) {
 		LOG(LOG_WARN, "msg=\"cannot resolve the redis host\" conn=%d host=\"%s\" err=\"%s\"", c->idx,
 		    host, uv_strerror(rc));
@@ -518,52 +528,56 @@ static void rconn_connect(rconn_t *c)
 	c->resolving = true;
 }
 
-void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, const char *name,
-                const rpool_callbacks_t *cb, const rpool_inbox_t *inbox)
+rpool_t *rpool_new(uv_loop_t *loop, const redis_addr_t *addr, int n, const char *name,
+                   const rpool_callbacks_t *cb, const rpool_inbox_t *inbox)
 {
+	rpool_t *pool;
+
 	REQUIRE(n >= 1 && n <= MAX_CONNS);
-	memset(&rpool, 0, sizeof(rpool));
-	rpool.name = xstrndup(name, strlen(name));
-	rpool.loop = loop;
-	rpool.addr = addr;
-	rpool.n = n;
-	rpool.nall = n;
-	rpool.on_up = cb->on_up;
-	rpool.on_data_loss = cb->on_data_loss;
-	rpool.on_not_master = cb->on_not_master;
-	rpool.on_lost = cb->on_lost;
-	rpool.require_master = cb->require_master;
-	rpool.cmd_timeout_ms = COMMAND_TIMEOUT_MS;
+	pool = xcalloc(1, sizeof(*pool));
+	pool->name = xstrndup(name, strlen(name));
+	pool->loop = loop;
+	pool->addr = addr;
+	pool->n = n;
+	pool->nall = n;
+	pool->on_up = cb->on_up;
+	pool->on_data_loss = cb->on_data_loss;
+	pool->on_not_master = cb->on_not_master;
+	pool->on_lost = cb->on_lost;
+	pool->require_master = cb->require_master;
+	pool->cmd_timeout_ms = COMMAND_TIMEOUT_MS;
 	if (cb->wait_replicas > 0) {
 		char n[16], t[24];
 		int nl = snprintf(n, sizeof(n), "%d", cb->wait_replicas);
 		int tl = snprintf(t, sizeof(t), "%lld", (long long)cb->wait_ms);
-		rpool.wait_replicas = cb->wait_replicas;
-		rpool.wait_ms = cb->wait_ms;
-		rpool.cmd_timeout_ms += (uint64_t)cb->wait_ms;
-		rpool.wait_cmd_len = (size_t)snprintf(rpool.wait_cmd, sizeof(rpool.wait_cmd),
+		pool->wait_replicas = cb->wait_replicas;
+		pool->wait_ms = cb->wait_ms;
+		pool->cmd_timeout_ms += (uint64_t)cb->wait_ms;
+		pool->wait_cmd_len = (size_t)snprintf(pool->wait_cmd, sizeof(pool->wait_cmd),
 		                                      "*3\r\n$4\r\nWAIT\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", nl, n,
 		                                      tl, t);
 	}
-	timer_init(&rpool.check_timer, on_check_timeout);
+	timer_init(&pool->check_timer, on_check_timeout);
 	if (addr->kind != URL_SENTINEL) {
-		rpool.target.set = true;
-		rpool.target.kind = addr->kind;
-		memcpy(rpool.target.host, addr->host, sizeof(rpool.target.host));
-		rpool.target.port = addr->port;
-		memcpy(rpool.target.path, addr->path, sizeof(rpool.target.path));
+		pool->target.set = true;
+		pool->target.kind = addr->kind;
+		memcpy(pool->target.host, addr->host, sizeof(pool->target.host));
+		pool->target.port = addr->port;
+		memcpy(pool->target.path, addr->path, sizeof(pool->target.path));
 	}
 	if (inbox) {
-		rpool.channel = xstrndup(inbox->channel, strlen(inbox->channel));
-		rpool.on_message = inbox->on_message;
-		rpool.on_subscribed = inbox->on_subscribed;
-		rpool.conns[n].subscriber = true;
-		rpool.nall = n + 1;
+		pool->channel = xstrndup(inbox->channel, strlen(inbox->channel));
+		pool->on_message = inbox->on_message;
+		pool->on_subscribed = inbox->on_subscribed;
+		pool->conns[n].subscriber = true;
+		pool->nall = n + 1;
 	}
-	rpool.rand_state = (uint32_t)uv_hrtime() | 1u;
-	uv_timer_init(loop, &rpool.close_timer);
-	for (int k = 0; k < rpool.nall; k++) {
-		rconn_t *c = &rpool.conns[k];
+	pool->rand_state = (uint32_t)uv_hrtime() | 1u;
+	uv_timer_init(loop, &pool->close_timer);
+	pool->close_timer.data = pool;
+	for (int k = 0; k < pool->nall; k++) {
+		rconn_t *c = &pool->conns[k];
+		c->pool = pool;
 		c->idx = k;
 		c->state = RC_DOWN;
 		c->backoff_ms = BACKOFF_MIN_MS;
@@ -571,42 +585,44 @@ void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, const char *na
 		timer_init(&c->watch, on_watch);
 		rconn_connect(c);
 	}
+	return pool;
 }
 
-static void close_timer_maybe_done(void)
+static void close_timer_maybe_done(rpool_t *pool)
 {
-	for (int k = 0; k < rpool.nall; k++) {
-		if (rpool.conns[k].ac || rpool.conns[k].resolving)
+	for (int k = 0; k < pool->nall; k++) {
+		if (pool->conns[k].ac || pool->conns[k].resolving)
 			return;
 	}
-	if (rpool.closing && !uv_is_closing((uv_handle_t *)&rpool.close_timer))
-		uv_close((uv_handle_t *)&rpool.close_timer, NULL);
+	if (pool->closing && !uv_is_closing((uv_handle_t *)&pool->close_timer))
+		uv_close((uv_handle_t *)&pool->close_timer, NULL);
 }
 
 static void on_close_timeout(uv_timer_t *h)
 {
-	(void)h;
+	rpool_t *pool = h->data;
+
 	LOG(LOG_WARN, "msg=\"redis did not answer in time; closing anyway\"");
-	for (int k = 0; k < rpool.nall; k++) {
-		if (rpool.conns[k].ac)
-			redisAsyncFree(rpool.conns[k].ac); /* on_freed clears it */
+	for (int k = 0; k < pool->nall; k++) {
+		if (pool->conns[k].ac)
+			redisAsyncFree(pool->conns[k].ac); /* on_freed clears it */
 	}
-	close_timer_maybe_done();
+	close_timer_maybe_done(pool);
 }
 
-void rpool_close(void)
+void rpool_close(rpool_t *pool)
 {
 	rcmd_t *cmd;
 
-	rpool.closing = true;
-	rpool.checking = false;
-	timer_cancel(&rpool.check_timer);
-	while ((cmd = rp_list_pop(&rpool.waiting)) != NULL) {
+	pool->closing = true;
+	pool->checking = false;
+	timer_cancel(&pool->check_timer);
+	while ((cmd = rp_list_pop(&pool->waiting)) != NULL) {
 		timer_cancel(&cmd->give_up);
 		rp_deliver(cmd, NULL);
 	}
-	for (int k = 0; k < rpool.nall; k++) {
-		rconn_t *c = &rpool.conns[k];
+	for (int k = 0; k < pool->nall; k++) {
+		rconn_t *c = &pool->conns[k];
 		c->state = RC_CLOSING;
 		timer_cancel(&c->retry);
 		timer_cancel(&c->watch);
@@ -623,48 +639,48 @@ void rpool_close(void)
 		else
 			redisAsyncFree(c->ac); /* a connect in progress: nothing to wait for */
 	}
-	uv_timer_start(&rpool.close_timer, on_close_timeout, CLOSE_TIMEOUT_MS, 0);
-	close_timer_maybe_done();
+	uv_timer_start(&pool->close_timer, on_close_timeout, CLOSE_TIMEOUT_MS, 0);
+	close_timer_maybe_done(pool);
 }
 
-bool rpool_up(void)
+bool rpool_up(const rpool_t *pool)
 {
-	if (rpool.checking)
+	if (pool->checking)
 		return false;
-	for (int k = 0; k < rpool.n; k++) {
-		if (rp_usable(&rpool.conns[k]))
+	for (int k = 0; k < pool->n; k++) {
+		if (rp_usable(&pool->conns[k]))
 			return true;
 	}
 	return false;
 }
 
-bool rpool_set_target(const char *host, int port, bool failover)
+bool rpool_set_target(rpool_t *pool, const char *host, int port, bool failover)
 {
-	if (rpool.closing)
+	if (pool->closing)
 		return false;
-	if (rpool.target.set && rpool.target.port == port && strcmp(rpool.target.host, host) == 0)
+	if (pool->target.set && pool->target.port == port && strcmp(pool->target.host, host) == 0)
 		return false;
-	rpool.target.set = true;
-	rpool.target.kind = URL_TCP;
-	snprintf(rpool.target.host, sizeof(rpool.target.host), "%s", host);
-	rpool.target.port = port;
-	rpool.target.gen++;
-	rpool.run_id[0] = '\0'; /* another server: its run_id is no news */
+	pool->target.set = true;
+	pool->target.kind = URL_TCP;
+	snprintf(pool->target.host, sizeof(pool->target.host), "%s", host);
+	pool->target.port = port;
+	pool->target.gen++;
+	pool->run_id[0] = '\0'; /* another server: its run_id is no news */
 	if (failover) {
-		rpool.loss = STORE_LOSS_FAILOVER;
-		rpool.loss_gates = true;
+		pool->loss = STORE_LOSS_FAILOVER;
+		pool->loss_gates = true;
 	}
-	if (rpool.checking) {
-		rpool.checking = false; /* a check of the old target: moot */
-		timer_cancel(&rpool.check_timer);
+	if (pool->checking) {
+		pool->checking = false; /* a check of the old target: moot */
+		timer_cancel(&pool->check_timer);
 	}
 	/* Nothing more goes to the old target from here on. */
-	for (int k = 0; k < rpool.nall; k++) {
-		if (rpool.conns[k].state != RC_RESOLVING)
-			rpool.conns[k].state = RC_DOWN;
+	for (int k = 0; k < pool->nall; k++) {
+		if (pool->conns[k].state != RC_RESOLVING)
+			pool->conns[k].state = RC_DOWN;
 	}
-	for (int k = 0; k < rpool.nall; k++) {
-		rconn_t *c = &rpool.conns[k];
+	for (int k = 0; k < pool->nall; k++) {
+		rconn_t *c = &pool->conns[k];
 		timer_cancel(&c->retry);
 		timer_cancel(&c->watch);
 		if (c->ac) {
@@ -684,16 +700,17 @@ bool rpool_set_target(const char *host, int port, bool failover)
 	return true;
 }
 
-size_t rpool_pending(void)
+size_t rpool_pending(const rpool_t *pool)
 {
-	return rpool.pending;
+	return pool->pending;
 }
 
-void rpool_free(void)
+void rpool_free(rpool_t *pool)
 {
-	free(rpool.channel);
-	rpool.channel = NULL;
-	free(rpool.name);
-	rpool.name = NULL;
+	if (!pool)
+		return;
+	free(pool->channel);
+	free(pool->name);
+	free(pool);
 }
 

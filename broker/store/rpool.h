@@ -12,6 +12,11 @@
  * connections come back with capped exponential backoff and jitter; host
  * names are resolved off the loop.
  *
+ * A pool is an instance (rpool_t): single.c keeps one; a backend with
+ * several servers (Redis Cluster: one per master) keeps one per server.
+ * The callbacks' replayed / replicated state (rpool_replayed,
+ * rpool_replicated) is the one of the delivery under way, whichever pool.
+ *
  * Callbacks: fn(reply, priv) runs exactly once per accepted command. reply
  * is NULL when the command failed without an answer (connection lost and
  * not to be resent, pool closing); an error reply is passed through
@@ -31,6 +36,8 @@
 #include "broker/store/store.h"
 #include "broker/base/url.h"
 
+
+typedef struct rpool_state rpool_t;
 
 /* The broker's inbox: one more connection, subscribed to one channel. */
 typedef struct rpool_inbox {
@@ -70,13 +77,13 @@ typedef struct rpool_callbacks {
  * rpool_set_target names the master. Each connection names itself in
  * Redis (CLIENT SETNAME) name ":" its index, or name ":inbox", so CLIENT
  * LIST shows whose it is. */
-void rpool_init(uv_loop_t *loop, const redis_addr_t *addr, int n, const char *name,
-                const rpool_callbacks_t *cb, const rpool_inbox_t *inbox);
-/* Frees what the pool keeps after it closed (at exit). */
-void rpool_free(void);
+rpool_t *rpool_new(uv_loop_t *loop, const redis_addr_t *addr, int n, const char *name,
+                   const rpool_callbacks_t *cb, const rpool_inbox_t *inbox);
+/* Frees the pool after it closed (at exit). */
+void rpool_free(rpool_t *p);
 /* Disconnects every connection; pending callbacks still run (with their
  * replies if Redis answers, else NULL). No reconnects after this. */
-void rpool_close(void);
+void rpool_close(rpool_t *p);
 /* Points every connection at host:port (a master that Sentinel named).
  * Same as now: nothing (false). Else (true) every connection is dropped at once (lost
  * replies are resent there as for any lost connection) and reconnects to
@@ -85,13 +92,13 @@ void rpool_close(void);
  * the pool stays closed (rpool_up false; what may wait, waits; the rest
  * is refused) but for what that callback sends, until rpool_check_done
  * (or CHECK_TIMEOUT_MS). */
-bool rpool_set_target(const char *host, int port, bool failover);
+bool rpool_set_target(rpool_t *p, const char *host, int port, bool failover);
 /* The data-loss check that on_data_loss started is over: the pool opens. */
-void rpool_check_done(void);
+void rpool_check_done(rpool_t *p);
 /* True when at least one connection is ready for commands. */
-bool rpool_up(void);
+bool rpool_up(const rpool_t *p);
 /* Commands sent and not yet answered. */
-size_t rpool_pending(void);
+size_t rpool_pending(const rpool_t *p);
 
 /*
  * EVALSHA of a script with nkeys keys followed by the other arguments
@@ -113,7 +120,7 @@ size_t rpool_pending(void);
  * out, so a command sent again after a failover carries every fence seen
  * since it was built; -1 for none.
  */
-int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
+int rpool_eval(rpool_t *p, uint32_t route, script_id_t script, int nkeys, int argc,
                const char *const *argv, const size_t *argvlen,
                store_fn fn, void *priv, uint64_t retry_until, bool wait, int floor_arg);
 

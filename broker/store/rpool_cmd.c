@@ -40,6 +40,12 @@
 #include "broker/base/timers.h"
 #include "broker/store/rpool_int.h"
 
+/* The delivery under way, whichever pool: rpool_replayed, rpool_replicated. */
+static struct {
+	bool replayed;
+	bool unacked;
+} delivery;
+
 static void on_reply(redisAsyncContext *ac, void *r, void *priv);
 static void on_wait_reply(redisAsyncContext *ac, void *r, void *priv);
 static void reload_when_quiet(rconn_t *c);
@@ -135,21 +141,22 @@ uint32_t rpool_route(const char *name, size_t len)
 	return htab_hash(HTAB_HASH_INIT, name, len);
 }
 
-static struct pin *pin_find(uint32_t route)
+static struct pin *pin_find(rpool_t *pool, uint32_t route)
 {
-	for (int k = 0; k < rpool.npins; k++)
-		if (rpool.pins[k].route == route)
-			return &rpool.pins[k];
+	for (int k = 0; k < pool->npins; k++)
+		if (pool->pins[k].route == route)
+			return &pool->pins[k];
 	return NULL;
 }
 
 /* cmd, sent again on c, pins its route to c until it is answered. */
 static void pin(rcmd_t *cmd, const rconn_t *c)
 {
-	struct pin *p = pin_find(cmd->route);
+	rpool_t *pool = cmd->pool;
+	struct pin *p = pin_find(pool, cmd->route);
 
-	if (!p && rpool.npins < MAX_PINS) {
-		p = &rpool.pins[rpool.npins++];
+	if (!p && pool->npins < MAX_PINS) {
+		p = &pool->pins[pool->npins++];
 		*p = (struct pin){cmd->route, c->idx, 0};
 	}
 	if (p && p->conn == c->idx) {
@@ -160,24 +167,25 @@ static void pin(rcmd_t *cmd, const rconn_t *c)
 
 static void unpin(rcmd_t *cmd)
 {
-	struct pin *p = cmd->pinned ? pin_find(cmd->route) : NULL;
+	rpool_t *pool = cmd->pool;
+	struct pin *p = cmd->pinned ? pin_find(pool, cmd->route) : NULL;
 
 	cmd->pinned = false;
 	if (p && --p->count == 0)
-		*p = rpool.pins[--rpool.npins];
+		*p = pool->pins[--pool->npins];
 }
 
 /* check: a command of the check after a failover, which passes the gate. */
-static rconn_t *pick(uint32_t route, bool check)
+static rconn_t *pick(rpool_t *pool, uint32_t route, bool check)
 {
-	struct pin *p = rpool.npins ? pin_find(route) : NULL;
+	struct pin *p = pool->npins ? pin_find(pool, route) : NULL;
 
-	if (rpool.checking && !rpool.in_check_cb && !check)
+	if (pool->checking && !pool->in_check_cb && !check)
 		return NULL; /* closed for the check after a failover */
-	if (p && rp_usable(&rpool.conns[p->conn]))
-		return &rpool.conns[p->conn];
-	for (int k = 0; k < rpool.n; k++) {
-		rconn_t *c = &rpool.conns[(route + (uint32_t)k) % (uint32_t)rpool.n];
+	if (p && rp_usable(&pool->conns[p->conn]))
+		return &pool->conns[p->conn];
+	for (int k = 0; k < pool->n; k++) {
+		rconn_t *c = &pool->conns[(route + (uint32_t)k) % (uint32_t)pool->n];
 		if (rp_usable(c))
 			return c;
 	}
@@ -193,24 +201,24 @@ void rp_deliver(rcmd_t *cmd, const redisReply *reply)
 
 	wait_detach(cmd);
 	unpin(cmd);
-	rpool.pending--;
+	cmd->pool->pending--;
 	if (reply)
 		counters_redis_rtt(uv_hrtime() - cmd->sent_ns);
-	rpool.in_replay = cmd->replayed;
+	delivery.replayed = cmd->replayed;
 	cmd->fn(reply, cmd->priv);
-	rpool.in_replay = false;
+	delivery.replayed = false;
 	reply_free(held);
 	free(cmd);
 }
 
 bool rpool_replayed(void)
 {
-	return rpool.in_replay;
+	return delivery.replayed;
 }
 
 bool rpool_replicated(void)
 {
-	return !rpool.in_unacked;
+	return !delivery.unacked;
 }
 
 /* cmd ran, and its writes are on fewer replicas than asked for (or
@@ -223,12 +231,12 @@ static void deliver_unacked(rcmd_t *cmd, const redisReply *reply, const char *wh
 	if (!logged_at || now - logged_at >= 5000) {
 		logged_at = now;
 		LOG(LOG_WARN, "msg=\"a write was not acknowledged by enough replicas\" want=%d why=\"%s\"",
-		    rpool.wait_replicas, why);
+		    cmd->pool->wait_replicas, why);
 	}
-	rpool.unacked_total++;
-	rpool.in_unacked = true;
+	cmd->pool->unacked_total++;
+	delivery.unacked = true;
 	rp_deliver(cmd, reply);
-	rpool.in_unacked = false;
+	delivery.unacked = false;
 }
 
 /* The fence floor, STORE_FLOOR_DIGITS digits with leading zeros. */
@@ -244,6 +252,8 @@ static void put_floor(char *at, int64_t floor)
 
 static int conn_send(rconn_t *c, rcmd_t *cmd)
 {
+	rpool_t *pool = c->pool;
+
 	if (c->reloading) {
 		rp_list_push(&c->held, cmd);
 		return 0;
@@ -255,15 +265,15 @@ static int conn_send(rconn_t *c, rcmd_t *cmd)
 		return -1;
 	if (c->pending++ == 0) {
 		c->progress_at = timers_now();
-		timer_at(&c->watch, c->progress_at + rpool.cmd_timeout_ms);
+		timer_at(&c->watch, c->progress_at + pool->cmd_timeout_ms);
 	}
-	if (cmd->wait && rpool.wait_replicas > 0) {
+	if (cmd->wait && pool->wait_replicas > 0) {
 		/* Right behind it on the same connection: WAIT counts the
 		 * replicas that have this connection's writes so far. */
 		struct waitref *w = xmalloc(sizeof(*w));
 		w->cmd = cmd;
-		if (redisAsyncFormattedCommand(c->ac, on_wait_reply, w, rpool.wait_cmd,
-		                               rpool.wait_cmd_len) == REDIS_OK) {
+		if (redisAsyncFormattedCommand(c->ac, on_wait_reply, w, pool->wait_cmd,
+		                               pool->wait_cmd_len) == REDIS_OK) {
 			cmd->wref = w;
 			c->pending++;
 		} else {
@@ -290,7 +300,7 @@ static void on_wait_reply(redisAsyncContext *ac, void *r, void *priv)
 	cmd->wref = NULL;
 	if (!cmd->held)
 		return; /* cannot be: the command's reply comes first */
-	if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer >= rpool.wait_replicas)
+	if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer >= c->pool->wait_replicas)
 		rp_deliver(cmd, cmd->held);
 	else
 		deliver_unacked(cmd, cmd->held, !reply ? "connection lost before WAIT answered"
@@ -304,7 +314,7 @@ static void on_give_up(timer_ent_t *t)
 {
 	rcmd_t *cmd = (rcmd_t *)((char *)t - offsetof(rcmd_t, give_up));
 
-	list_remove(&rpool.waiting, cmd);
+	list_remove(&cmd->pool->waiting, cmd);
 	rp_deliver(cmd, NULL);
 }
 
@@ -312,15 +322,16 @@ static void on_give_up(timer_ent_t *t)
  * ready, a command that may be resent waits for one; another fails. */
 void rp_dispatch(rcmd_t *cmd)
 {
-	rconn_t *c = rpool.closing ? NULL : pick(cmd->route, cmd->check);
+	rpool_t *pool = cmd->pool;
+	rconn_t *c = pool->closing ? NULL : pick(pool, cmd->route, cmd->check);
 
 	unpin(cmd);
 	if (c && conn_send(c, cmd) == 0) {
 		pin(cmd, c);
 		return;
 	}
-	if (!rpool.closing && cmd->retry_until > timers_now()) {
-		rp_list_push(&rpool.waiting, cmd);
+	if (!pool->closing && cmd->retry_until > timers_now()) {
+		rp_list_push(&pool->waiting, cmd);
 		timer_at(&cmd->give_up, cmd->retry_until);
 		return;
 	}
@@ -351,6 +362,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
 	redisReply *reply = r;
 	rcmd_t *cmd = priv;
+	rpool_t *pool = cmd->pool;
 	rconn_t *c = ac->data;
 
 	if (c->pending > 0)
@@ -370,7 +382,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 		reload_when_quiet(c);
 		return;
 	}
-	if (reply && rpool.require_master && reply->type == REDIS_REPLY_ERROR &&
+	if (reply && c->pool->require_master && reply->type == REDIS_REPLY_ERROR &&
 	    (strncmp(reply->str, "READONLY", 8) == 0 || strstr(reply->str, "-READONLY ") != NULL)) {
 		/* Redis 7 answers READONLY; Redis 6 wraps it in a script error. */
 		/* A replica where the master was: the script did not run. The
@@ -382,12 +394,12 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 			    "conn=%d", c->idx);
 			c->state = RC_DOWN;
 			redisAsyncDisconnect(ac); /* on_disconnect schedules the retry */
-			if (rpool.on_not_master)
-				rpool.on_not_master();
+			if (pool->on_not_master)
+				pool->on_not_master();
 		}
-		if (cmd->retry_until > timers_now() && !rpool.closing) {
+		if (cmd->retry_until > timers_now() && !pool->closing) {
 			unpin(cmd);
-			rp_list_push(&rpool.waiting, cmd);
+			rp_list_push(&pool->waiting, cmd);
 			timer_at(&cmd->give_up, cmd->retry_until);
 			return;
 		}
@@ -396,7 +408,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 	}
 	if (reply && c->reloading && reply->type != REDIS_REPLY_ERROR)
 		LOG(LOG_WARN, "msg=\"a command ran after an earlier one found no script\" conn=%d", c->idx);
-	if (!reply && cmd->retry_until > timers_now() && !rpool.closing) {
+	if (!reply && cmd->retry_until > timers_now() && !pool->closing) {
 		/* Its fate is unknown: sent again (it is idempotent); behind
 		 * what this connection kept, when it was reloading. */
 		wait_detach(cmd);
@@ -412,7 +424,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 		cmd->held = reply_copy(reply);
 		return;
 	}
-	if (reply && cmd->wait && rpool.wait_replicas > 0)
+	if (reply && cmd->wait && pool->wait_replicas > 0)
 		deliver_unacked(cmd, reply, "WAIT could not be sent");
 	else
 		rp_deliver(cmd, reply);
@@ -449,22 +461,23 @@ static char *put_bulk(char *p, const char *s, size_t len)
 	return p;
 }
 
-int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
+int rpool_eval(rpool_t *pool, uint32_t route, script_id_t script, int nkeys, int argc,
                const char *const *argv, const size_t *argvlen,
                store_fn fn, void *priv, uint64_t retry_until, bool wait, int floor_arg)
 {
-	rconn_t *c = rpool.closing ? NULL : pick(route, rpool.checking && rpool.in_check_cb);
+	rconn_t *c = pool->closing ? NULL : pick(pool, route, pool->checking && pool->in_check_cb);
 	size_t total = 0;
 	rcmd_t *cmd;
 	char *p, nkeys_buf[24];
 
-	if (!rpool.sha[script][0] || (!c && retry_until <= timers_now()) || rpool.closing)
+	if (!pool->sha[script][0] || (!c && retry_until <= timers_now()) || pool->closing)
 		return -1;
 	/* Each bulk costs at most 1 + 20 digits + 4 bytes of framing. */
 	for (int k = 0; k < argc; k++)
 		total += argvlen[k] + 25;
 	total += 24 + 3 * 25 + 7 + 40 + sizeof(nkeys_buf) + 1;
 	cmd = xmalloc(sizeof(*cmd) + total);
+	cmd->pool = pool;
 	cmd->next = NULL;
 	timer_init(&cmd->give_up, on_give_up);
 	cmd->retry_until = retry_until;
@@ -475,7 +488,7 @@ int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
 	cmd->pinned = false;
 	cmd->wait = wait;
 	/* Made inside the failover check's callback: part of the check. */
-	cmd->check = rpool.checking && rpool.in_check_cb;
+	cmd->check = pool->checking && pool->in_check_cb;
 	cmd->floor_off = 0;
 	cmd->wref = NULL;
 	cmd->held = NULL;
@@ -487,7 +500,7 @@ int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
 	*p++ = '\r';
 	*p++ = '\n';
 	p = put_bulk(p, "EVALSHA", 7);
-	p = put_bulk(p, rpool.sha[script], 40);
+	p = put_bulk(p, pool->sha[script], 40);
 	p = put_bulk(p, nkeys_buf, (size_t)(put_uint(nkeys_buf, (size_t)nkeys) - nkeys_buf));
 	for (int k = 0; k < argc; k++) {
 		p = put_bulk(p, argv[k], argvlen[k]);
@@ -497,12 +510,12 @@ int rpool_eval(uint32_t route, script_id_t script, int nkeys, int argc,
 	cmd->len = (size_t)(p - cmd->resp);
 	*p = '\0'; /* hiredis looks for the command name with strchr */
 	if (c && conn_send(c, cmd) == 0) {
-		rpool.pending++;
+		pool->pending++;
 		return 0;
 	}
 	if (retry_until > timers_now()) {
-		rpool.pending++;
-		rp_list_push(&rpool.waiting, cmd);
+		pool->pending++;
+		rp_list_push(&pool->waiting, cmd);
 		timer_at(&cmd->give_up, retry_until);
 		return 0;
 	}

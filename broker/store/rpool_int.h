@@ -63,6 +63,7 @@ typedef struct cmdlist {
 } cmdlist_t;
 
 typedef struct rconn {
+	struct rpool_state *pool; /* the pool it belongs to */
 	redisAsyncContext *ac; /* NULL once hiredis freed it */
 	rconn_state_t state;
 	int idx;
@@ -87,6 +88,7 @@ typedef struct rconn {
 } rconn_t;
 
 struct rcmd {
+	struct rpool_state *pool;
 	rcmd_t *next;         /* in a cmdlist */
 	timer_ent_t give_up;  /* retry_until, while waiting in rpool.waiting */
 	uint64_t sent_ns;     /* uv_hrtime at the last send: round-trip metric */
@@ -149,8 +151,6 @@ struct rpool_state {
 	uint32_t rand_state;
 	uv_timer_t close_timer; /* bounds rpool_close */
 	bool closing;
-	bool in_replay; /* rpool_replayed() */
-	bool in_unacked; /* !rpool_replicated() */
 	uint64_t unacked_total; /* replies delivered as not acknowledged */
 	int wait_replicas; /* WAIT behind each command sent with wait; 0: none */
 	int64_t wait_ms;
@@ -165,8 +165,6 @@ struct rpool_state {
 	int npins;
 };
 
-/* The pool (rpool.c). */
-extern struct rpool_state rpool;
 
 /* rpool.c: the connections. */
 /* c takes commands: READY, and hiredis is not tearing its context down. */

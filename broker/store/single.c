@@ -25,6 +25,7 @@
 #include "broker/store/sentinel.h"
 
 static store_events_t E;
+static rpool_t *P; /* the one pool */
 static struct {
 	bool sentinel;    /* a sentinel:// URL */
 	bool had_master;  /* a master was named before */
@@ -37,7 +38,7 @@ static void on_master(const char *host, int port)
 {
 	bool failover = M.had_master;
 
-	if (!rpool_set_target(host, port, failover))
+	if (!rpool_set_target(P, host, port, failover))
 		return;
 	if (failover) {
 		server.stats.failovers_total++;
@@ -73,7 +74,7 @@ void store_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *
 		.wait_replicas = cfg->redis_wait_replicas,
 		.wait_ms = cfg->redis_wait_ms,
 	};
-	rpool_init(loop, &cfg->redis, cfg->pool, name, &cb, &inbox);
+	P = rpool_new(loop, &cfg->redis, cfg->pool, name, &cb, &inbox);
 	canary_start(E.on_data_loss);
 	if (M.sentinel)
 		sentinel_start(loop, &cfg->redis, on_master);
@@ -84,27 +85,28 @@ void store_close(void)
 	canary_stop();
 	if (M.sentinel)
 		sentinel_close();
-	rpool_close();
+	rpool_close(P);
 }
 
 void store_loss_checked(void)
 {
-	rpool_check_done();
+	rpool_check_done(P);
 }
 
 void store_free(void)
 {
-	rpool_free();
+	rpool_free(P);
+	P = NULL;
 }
 
 bool store_up(void)
 {
-	return rpool_up();
+	return P && rpool_up(P);
 }
 
 size_t store_pending(void)
 {
-	return rpool_pending();
+	return P ? rpool_pending(P) : 0;
 }
 
 bool store_replayed(void)
@@ -125,7 +127,7 @@ int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int n
 	 * change a lease; verify and inspect only read. */
 	bool wait = script != SCRIPT_VERIFY && script != SCRIPT_INSPECT;
 
-	return rpool_eval(rpool_route(lock, lock_len), script, nkeys, argc, argv, argvlen, fn, priv,
+	return rpool_eval(P, rpool_route(lock, lock_len), script, nkeys, argc, argv, argvlen, fn, priv,
 	                  retry_until, wait, floor_arg);
 }
 
@@ -160,6 +162,6 @@ int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc
 	memcpy(all + 1, argv, (size_t)argc * sizeof(*argv));
 	memcpy(lens + 1, argvlen, (size_t)argc * sizeof(*argvlen));
 	part = route_part(key, key_len, &part_len);
-	return rpool_eval(rpool_route(part, part_len), script, 1, argc + 1, all, lens, fn, priv,
+	return rpool_eval(P, rpool_route(part, part_len), script, 1, argc + 1, all, lens, fn, priv,
 	                  retry_until, false, -1);
 }
