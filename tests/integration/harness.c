@@ -511,7 +511,17 @@ static lb_redis *redis_start(bool tcp, bool cluster)
         abort();
     int n = ++G.seq;
     r->tcp = tcp;
-    if (tcp) {
+    if (cluster) {
+        /* The cluster bus listens on port + 10000: both must be free, and
+         * below the kernel's ephemeral range. */
+        for (int tries = 0; tries < 200 && !r->port; tries++) {
+            int p = lb_try_free_tcp_port(20000, 22768);
+            if (p > 0 && lb_try_free_tcp_port(p + 10000, p + 10001) == p + 10000)
+                r->port = p;
+        }
+        cr_assert(r->port > 0, "no free port pair for a cluster node");
+        snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
+    } else if (tcp) {
         r->port = lb_free_tcp_port();
         snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
     } else {

@@ -1,10 +1,13 @@
 /*
- * test_slot.c - broker/store/slot.h against Redis itself (issue 17): a
- * cluster-mode redis-server answers CLUSTER KEYSLOT for thousands of keys
- * (random bytes, braces in every position, the broker's own lock keys with
- * escaped names) and slot_of_key must give the same slot for each.
+ * test_slot.c - the cluster backend's pure parts against Redis itself
+ * (issue 17): broker/store/slot.h, where a cluster-mode redis-server
+ * answers CLUSTER KEYSLOT for thousands of keys (random bytes, braces in
+ * every position, the broker's own lock keys with escaped names) and
+ * slot_of_key must give the same slot for each; and cluster_map.h, read
+ * from a real two-node cluster's CLUSTER SLOTS and MOVED replies.
  */
 #include "tests/integration/harness.h"
+#include "broker/store/cluster_map.h"
 #include "broker/store/slot.h"
 
 #include <stdio.h>
@@ -58,5 +61,63 @@ LB_TEST(slot, every_slot_is_the_one_redis_cluster_gives, 60)
 	for (int b = 0; b < SLOT_COUNT / 1024; b++)
 		cr_assert(seen[b], "no key fell in slots %d..%d: the keys are not spread", b * 1024,
 		          b * 1024 + 1023);
+	lb_end();
+}
+
+static int port_of(lb_redis *r)
+{
+	const char *url = lb_redis_url(r), *colon = strrchr(url, ':');
+
+	cr_assert_not_null(colon, "%s", url);
+	return atoi(colon + 1);
+}
+
+/* Two masters, half the slots each, introduced to each other; then the
+ * map read from CLUSTER SLOTS routes every lock key where a write to it
+ * lands, and the MOVED a wrong node answers names the right one. */
+LB_TEST(slot, the_map_and_moved_read_from_a_real_cluster, 60)
+{
+	lb_redis *a = lb_redis_start_cluster_node(), *b = lb_redis_start_cluster_node();
+	int pa = port_of(a), pb = port_of(b);
+	static cluster_map_t m;
+	char err[256];
+
+	cr_assert_eq(lb_redis_cmd(a, "CLUSTER ADDSLOTSRANGE 0 8000")->type, REDIS_REPLY_STATUS);
+	cr_assert_eq(lb_redis_cmd(b, "CLUSTER ADDSLOTSRANGE 8001 16383")->type, REDIS_REPLY_STATUS);
+	cr_assert_eq(lb_redis_cmd(a, "CLUSTER MEET 127.0.0.1 %d", pb)->type, REDIS_REPLY_STATUS);
+	int64_t end = lb_now_ms() + 20000;
+	for (;;) {
+		redisReply *ia = lb_redis_cmd(a, "CLUSTER INFO"), *ib = lb_redis_cmd(b, "CLUSTER INFO");
+		if (strstr(ia->str, "cluster_state:ok") && strstr(ib->str, "cluster_state:ok") &&
+		    strstr(ia->str, "cluster_known_nodes:2"))
+			break;
+		cr_assert_lt(lb_now_ms(), end, "the two nodes did not form a cluster");
+		lb_sleep_ms(50);
+	}
+
+	redisReply *slots = lb_redis_cmd(a, "CLUSTER SLOTS");
+	cr_assert_eq(cluster_map_read_slots(&m, slots, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(m.nmasters, 2);
+	cr_assert_eq(cluster_map_master_of(&m, 8000)->port, pa);
+	cr_assert_eq(cluster_map_master_of(&m, 8001)->port, pb);
+
+	int moved = 0;
+	for (int k = 0; k < 40; k++) {
+		char key[64];
+		int n = snprintf(key, sizeof(key), "lb:{lock-%d}:h", k);
+		const host_port_t *owner = cluster_map_master_of(&m, slot_of_key(key, (size_t)n));
+		lb_redis *right = owner->port == pa ? a : b, *wrong = right == a ? b : a;
+		redisReply *ok = lb_redis_cmd(right, "SET %s 1", key);
+		cr_assert_eq(ok->type, REDIS_REPLY_STATUS, "%s on its master: %s", key, ok->str);
+		redisReply *no = lb_redis_cmd(wrong, "SET %s 1", key);
+		cr_assert_eq(no->type, REDIS_REPLY_ERROR);
+		cluster_redirect_t rd;
+		cr_assert_eq(cluster_read_redirect(no->str, no->len, "127.0.0.1", &rd), 0, "%s", no->str);
+		cr_assert_not(rd.ask);
+		cr_assert_eq(rd.slot, slot_of_key(key, (size_t)n));
+		cr_assert_eq(rd.to.port, owner->port);
+		moved++;
+	}
+	cr_assert_eq(moved, 40);
 	lb_end();
 }
