@@ -29,14 +29,35 @@
  *             READONLY reply asks again; a new master closes the pool
  *             until every lease is checked (on_data_loss "failover"), and
  *             --redis-wait-replicas puts WAIT behind each call that grants.
- *   cluster   a pool per master; a lock's call goes to the master of its
- *             key slot (every key of a lock shares the hash tag {N}), with
- *             MOVED/ASK/TRYAGAIN handled in the backend; wake-ups through
- *             a channel in the lock's own slot; one canary per master,
- *             on_data_loss for each (the check of every lease it starts is
- *             wider than needed, never narrower). store_up: every slot
- *             has a reachable master; a per-lock form (is N's master up)
- *             joins it then, so one master down fails only its locks.
+ *   cluster   (issue 17; built so far: rpool_t instances, slot.h,
+ *             cluster_map.h) a pool per master; a lock's call goes to the
+ *             master of its key slot (every key of a lock shares the hash
+ *             tag {N}), with MOVED/ASK/TRYAGAIN handled in the backend;
+ *             one canary per master, on_data_loss for each (the check of
+ *             every lease it starts is wider than needed, never narrower).
+ *             store_up: every slot has a reachable master; a per-lock form
+ *             (is N's master up) joins it then, so one master down fails
+ *             only its locks.
+ *             Wake-ups: the per-broker inbox (classic PUBLISH) does not
+ *             carry over. A script may PUBLISH in a cluster and the bus
+ *             broadcasts it to every node, but PUBLISH then counts only
+ *             the receivers on the node that ran it, and promote relies on
+ *             that count to find a deaf broker (a broker subscribed on
+ *             another node would look deaf and lose its waiters); and
+ *             every wake would cross the whole bus. So: sharded pub/sub
+ *             (Redis 7). A script SPUBLISHes the wake on PREFIX{N}:w:BROKER,
+ *             in N's own slot (a script may only touch its keys' slot),
+ *             and SPUBLISH counts that broker's subscription exactly. A
+ *             broker SSUBSCRIBEs to that channel for each lock it has
+ *             local waiters on, on one subscriber connection per master,
+ *             and SUNSUBSCRIBEs when the last one leaves. No subscription
+ *             per waiter and no polling. Redis drops the subscription when
+ *             the slot moves (-sunsubscribe): the broker subscribes again
+ *             where the map now says. A wake lost meanwhile is covered as
+ *             today: on (re)subscribe the lock's waiters heartbeat. Single
+ *             and sentinel modes keep the inbox: it works on Redis 6,
+ *             which they support, and it is measured; SSUBSCRIBE per lock
+ *             would add a subscribe round trip to a lock's first waiter.
  *   redlock   every call on N independent masters, the reply merged by the
  *             backend (a majority within the validity time, fences as
  *             max + 1); store_up when a majority is.
