@@ -32,11 +32,12 @@ LOCKCTL_SRCS := $(wildcard cmd/lockctl/*.c)
 UNIT_SRCS := $(wildcard tests/unit/*.c)
 INTEG_SRCS := $(wildcard tests/integration/*.c)
 HA_SRCS    := $(wildcard tests/ha/*.c)
+CLUSTER_SRCS := $(wildcard tests/cluster/*.c)
 
 REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.o
 SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o
 
-.PHONY: all deps run test unit integration ha clean install bench bench-ha bench-tools fuzz fuzz-protocol deps-check
+.PHONY: all deps run test unit integration ha cluster clean install bench bench-ha bench-tools fuzz fuzz-protocol deps-check
 # lockctl, the command-line client, is built once its sources exist.
 LOCKCTL_BIN := $(if $(LOCKCTL_SRCS),build/lockctl)
 LOCKCTL_SAN := $(if $(LOCKCTL_SRCS),build/san/lockctl)
@@ -96,6 +97,14 @@ build/san/ha_tests: $(patsubst %.c,build/san/%.o,$(HA_SRCS)) build/san/tests/int
                     build/san/tests/integration/mclient.o \
                     build/san/liblb.a | build/san/lockbrokerd
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
+# Redis Cluster tests (issue 17; tests/cluster/cl.h): one 3-master cluster
+# for the whole binary, its nodes owned by the HA tests' keeper process,
+# with the integration harness for brokers and clients. Its tests kill
+# masters and move slots, so they run one at a time (--jobs 1).
+build/san/cluster_tests: $(patsubst %.c,build/san/%.o,$(CLUSTER_SRCS)) \
+                         build/san/tests/integration/harness.o build/san/tests/ha/keeper.o \
+                         build/san/liblb.a | build/san/lockbrokerd
+	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
 
 # ---- the two commands -----------------------------------------------------
 run: deps
@@ -115,10 +124,11 @@ deps-check:
 	@sh tests/deps_check.sh
 
 test: deps deps-check
-	@$(MAKE) --no-print-directory build/san/lockbrokerd $(LOCKCTL_SAN) build/san/unit_tests build/san/integration_tests build/san/ha_tests
+	@$(MAKE) --no-print-directory build/san/lockbrokerd $(LOCKCTL_SAN) build/san/unit_tests build/san/integration_tests build/san/ha_tests build/san/cluster_tests
 	$(TEST_ENV) build/san/unit_tests --jobs 2
 	$(TEST_ENV) build/san/integration_tests --jobs 2
 	$(TEST_ENV) build/san/ha_tests --jobs 1
+	$(TEST_ENV) build/san/cluster_tests --jobs 1
 
 unit: build/san/unit_tests
 	$(TEST_ENV) build/san/unit_tests
@@ -126,6 +136,8 @@ integration: build/san/lockbrokerd build/san/integration_tests
 	$(TEST_ENV) build/san/integration_tests
 ha: build/san/lockbrokerd build/san/ha_tests
 	$(TEST_ENV) build/san/ha_tests --jobs 1
+cluster: build/san/lockbrokerd build/san/cluster_tests
+	$(TEST_ENV) build/san/cluster_tests --jobs 1
 
 # Binaries, the systemd unit (paths filled in), its user, and an example
 # config that never overwrites an existing one.
