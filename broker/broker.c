@@ -167,8 +167,17 @@ static void on_sighup(uv_signal_t *h, int signum)
 static void on_data_loss(const char *why)
 {
 	LOG(LOG_WARN, "msg=\"redis may have lost data; checking every lease and waiter\" why=\"%s\"", why);
-	watchdog_verify_all(strcmp(why, STORE_LOSS_FAILOVER) == 0, store_loss_checked);
+	bool failover = strcmp(why, STORE_LOSS_FAILOVER) == 0;
+
+	watchdog_verify_all(failover, store_loss_checked);
 	waitq_on_subscribed();
+	if (failover) {
+		/* Releases the new master may have missed: their holders would
+		 * keep the locks, for nobody, until their TTL. */
+		size_t n = lease_release_recent_again();
+		if (n)
+			LOG(LOG_INFO, "msg=\"recent releases sent again to the new master\" releases=%zu", n);
+	}
 }
 
 static void on_redis_up(void)

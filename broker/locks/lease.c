@@ -150,6 +150,61 @@ void lease_set_grants_sink(lease_grants_fn fn)
 	grants_sink = fn;
 }
 
+/* The releases of the last RECENT_RELEASE_MS, in a ring: after a failover
+ * the new master may have missed them (replication is asynchronous) and
+ * hold those leases again, for nobody, until their TTL. They are sent
+ * again there (lease_release_recent_again); a release of a token nobody
+ * holds changes nothing. */
+#define RECENT_RELEASES 1024
+#define RECENT_RELEASE_MS 10000
+static struct recent_release {
+	uint64_t at; /* 0: unused */
+	char token[LEASE_TOKEN_LEN];
+	size_t len;
+	char *lock; /* malloc'd */
+} recent[RECENT_RELEASES];
+static size_t recent_next;
+
+void lease_note_released(const char *lock, size_t lock_len, const char *token)
+{
+	struct recent_release *e = &recent[recent_next];
+
+	recent_next = (recent_next + 1) % RECENT_RELEASES;
+	free(e->lock);
+	e->lock = xmalloc(lock_len ? lock_len : 1);
+	memcpy(e->lock, lock, lock_len);
+	e->len = lock_len;
+	memcpy(e->token, token, LEASE_TOKEN_LEN);
+	e->at = timers_now();
+}
+
+static void release_quietly(const char *lock, size_t lock_len, const char *token, const char *all,
+                            int64_t seq, int64_t undo, uint64_t until);
+
+size_t lease_release_recent_again(void)
+{
+	uint64_t now = timers_now();
+	size_t n = 0;
+
+	for (size_t k = 0; k < RECENT_RELEASES; k++) {
+		struct recent_release *e = &recent[k];
+		if (!e->at || now - e->at > RECENT_RELEASE_MS)
+			continue;
+		release_quietly(e->lock, e->len, e->token, "1", 0, 0, now + RECENT_RELEASE_MS);
+		n++;
+	}
+	return n;
+}
+
+static void recent_free(void)
+{
+	for (size_t k = 0; k < RECENT_RELEASES; k++) {
+		free(recent[k].lock);
+		recent[k] = (struct recent_release){0};
+	}
+	recent_next = 0;
+}
+
 struct quiet_release {
 	uint64_t sent_at;
 	size_t len;
@@ -195,6 +250,7 @@ static void release_quietly(const char *lock, size_t lock_len, const char *token
 
 void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until)
 {
+	lease_note_released(lock, lock_len, token);
 	release_quietly(lock, lock_len, token, "1", 0, 0, until);
 }
 
@@ -286,4 +342,5 @@ void lease_table_free(void)
 	htab_free(&lost.index);
 	free(lost.ring);
 	lost.ring = NULL;
+	recent_free();
 }

@@ -105,6 +105,13 @@ void lease_set_grants_sink(lease_grants_fn fn);
  * lost reply is sent again until `until` (uv_now ms: when the holder has
  * ended by its TTL anyway); with Redis down until then it ends so. */
 void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until);
+/* Remembers, for a while, that the token's holder was released (a
+ * release answered, or sent by lease_release_in_redis). */
+void lease_note_released(const char *lock, size_t lock_len, const char *token);
+/* Sends every release remembered from the last seconds again, as quiet
+ * releases: after a failover, to a new master that may have missed them.
+ * Returns how many. */
+size_t lease_release_recent_again(void);
 /* Takes back the re-entry of l that carried op seq reentry_seq, with the
  * next op seq: only if Redis ran it and nothing of l ran after it, and
  * never l's last level (a new master that missed the re-entry keeps the

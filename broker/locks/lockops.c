@@ -156,6 +156,7 @@ static void on_release_reply(const redisReply *r, void *priv)
 	if (!lease_reply_or_answer(c, r, "release", &count, &l))
 		return;
 	if (count == 0) {
+		lease_note_released(c->lock, c->lock_len, c->token);
 		if (l)
 			lease_drop(l);
 		else

@@ -330,3 +330,40 @@ HA_TEST(failover, wait_replicas_a_renewal_without_the_replica_is_no_renewal, 90)
 	cr_assert(log_has(A, "renewal not acknowledged by enough replicas"));
 	lb_end();
 }
+
+/* A release the old master answered but never passed on: the new master
+ * holds that lease again, for nobody. The broker sends its recent releases
+ * again after the switch, so the lock is free at once, not at the end of
+ * the lease's 30 s TTL. */
+HA_TEST(failover, a_release_the_new_master_missed_is_sent_again, 120)
+{
+	lb_broker *A = lb_broker_start_url(ha_sentinel_url(NULL), NULL);
+	lb_client *c = lb_connect(A, LB_TCP);
+	int m = ha_master_port(), r = ha_replica_port();
+
+	json_t *g = acquire(c, "rel-missed", 30000, 0);
+	lb_expect_ok(g);
+	wait_key(r, "lb:{rel-missed}");
+	ha_pause_replication(r);
+	json_t *rel = lb_call(c, "{s:s, s:s}", "op", "release", "lease", lb_str(g, "lease"));
+	lb_expect_ok(rel);
+	cr_assert_eq(lb_int(rel, "count"), 0);
+	redisReply *ghost = ha_node_cmd(r, "HGET lb:{rel-missed} o");
+	cr_assert_eq(ghost->type, REDIS_REPLY_STRING, "the replica has the release: nothing to prove");
+	ha_kill_node(m);
+	ha_wait_failover(m, SERVE_AGAIN_MS);
+	int64_t t0 = lb_now_ms(), end = t0 + 15000; /* the TTL is 30 s */
+	for (;;) {
+		json_t *t = acquire(c, "rel-missed", 30000, 0);
+		if (lb_is_ok(t))
+			break;
+		cr_assert(lb_is_err(t, "unavailable") || lb_is_err(t, "timeout"), "%s", lb_dump(t));
+		cr_assert_lt(lb_now_ms(), end, "the lock stayed held by the released lease: %s",
+		             lb_dump(lb_inspect(c, "rel-missed")));
+		lb_sleep_ms(50);
+	}
+	fprintf(stderr, "ha: a missed release: lock free %lld ms after the failover\n",
+	        (long long)(lb_now_ms() - t0));
+	cr_assert(log_has(A, "recent releases sent again to the new master"));
+	lb_end();
+}
