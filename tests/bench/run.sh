@@ -186,7 +186,7 @@ for s in :h :i '' :q :w :d :s; do KEYS7="$KEYS7 lb:{rb:__rand_int__}$s"; done
 HELD7=""
 for s in :h :i '' :q :w :d :s; do HELD7="$HELD7 lb:{rb:held}$s"; done
 # shellcheck disable=SC2086
-redis-cli -s "$tmp/redis.sock" EVALSHA "$ACQ_SHA" 7 $HELD7 60000 benchrb lb: rb:held 5000 rbholder x 0 3600000 '' '' 0 0 1 10000 >/dev/null
+redis-cli -s "$tmp/redis.sock" EVALSHA "$ACQ_SHA" 7 $HELD7 60000 benchrb lb: rb:held 5000 0 rbholder x 0 3600000 '' '' 0 0 1 10000 >/dev/null
 redis-cli -s "$tmp/redis.sock" HSET "lb:{rb:held}" c 1000000000 >/dev/null
 rb_rate() { # n, then the command: prints requests/s
 	n=$1
@@ -209,13 +209,13 @@ rb_median() { # name, args...: runs REPS times, prints the median rate
 # size -n for about one window: calibrate on 20,000 calls
 # shellcheck disable=SC2086
 cal=$(redis-benchmark -s "$tmp/redis.sock" -c 64 -P 16 -r 100000000 -n 20000 --csv \
-	EVALSHA "$ACQ_SHA" 7 $KEYS7 60000 benchrb lb: rb:__rand_int__ 5000 __rand_int__ x 0 30000 '' '' 0 0 1 10000 2>/dev/null |
+	EVALSHA "$ACQ_SHA" 7 $KEYS7 60000 benchrb lb: rb:__rand_int__ 5000 0 __rand_int__ x 0 30000 '' '' 0 0 1 10000 2>/dev/null |
 	awk -F'","' 'END { gsub(/"/, "", $2); print $2 + 0 }')
 RB_N=$(awk -v r="$cal" -v w="$WIN" 'BEGIN { n = int(r * w); if (n < 20000) n = 20000; print n }')
 # shellcheck disable=SC2086
-acq_rate=$(rb_median acq EVALSHA "$ACQ_SHA" 7 $KEYS7 60000 benchrb lb: rb:__rand_int__ 5000 __rand_int__ x 0 30000 '' '' 0 0 1 10000)
+acq_rate=$(rb_median acq EVALSHA "$ACQ_SHA" 7 $KEYS7 60000 benchrb lb: rb:__rand_int__ 5000 0 __rand_int__ x 0 30000 '' '' 0 0 1 10000)
 # shellcheck disable=SC2086
-rel_rate=$(rb_median rel EVALSHA "$REL_SHA" 7 $HELD7 60000 benchrb lb: rb:held 5000 rbholder 0)
+rel_rate=$(rb_median rel EVALSHA "$REL_SHA" 7 $HELD7 60000 benchrb lb: rb:held 5000 0 rbholder 0)
 # shellcheck disable=SC2086
 if [ "$(redis-cli -s "$tmp/redis.sock" HGET "lb:{rb:held}" o)" != rbholder ]; then
 	echo "run.sh: the seeded holder for the release stream is gone" >&2
