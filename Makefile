@@ -176,14 +176,15 @@ fuzz: deps
 # libFuzzer targets for the protocol layer and the daemon's parsers (issue
 # 14; tests/fuzz/README.md), built with clang under ASan+UBSan into
 # build/fuzz/; never part of `make test`, which needs no clang. Knob:
-# FUZZ_SECONDS, the run time of each target (default 45, four targets).
+# FUZZ_SECONDS, the run time of each target (default 45, five targets).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 45
-FUZZ_TARGETS := frame req url config
+FUZZ_TARGETS := frame req url config cluster
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -I. $(PKG_CFLAGS) -O1 -g \
                 $(FUZZ_SAN) -fsanitize=fuzzer-no-link
-FUZZ_LIB_OBJS := $(patsubst %.c,build/fuzz/%.o,$(wildcard protocol/*.c) broker/base/url.c broker/base/log.c broker/config.c broker/config_reload.c)
+FUZZ_LIB_OBJS := $(patsubst %.c,build/fuzz/%.o,$(wildcard protocol/*.c) broker/base/url.c broker/base/log.c broker/config.c broker/config_reload.c \
+                  broker/store/cluster_map.c broker/store/slot.c)
 FUZZ_BINS    := $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_TARGETS))
 # Kept: make would delete these as intermediates and rebuild them each time.
 .SECONDARY: $(patsubst %,build/fuzz/tests/fuzz/fuzz_%.o,$(FUZZ_TARGETS))

@@ -22,6 +22,19 @@ static int fail(cluster_map_t *m, char *err, size_t errlen, const char *what)
 	return -1;
 }
 
+/* A host as Redis writes one: visible ASCII only (no NUL, space or
+ * control byte that would cut or bend it later). */
+static bool host_ok(const char *h, size_t len)
+{
+	if (len == 0 || len > URL_HOST_MAX)
+		return false;
+	for (size_t k = 0; k < len; k++) {
+		if (h[k] < 0x21 || h[k] > 0x7e)
+			return false;
+	}
+	return true;
+}
+
 /* A port as Redis writes it: 1..65535. */
 static bool port_ok(long long p)
 {
@@ -77,8 +90,8 @@ int cluster_map_read_slots(cluster_map_t *m, const redisReply *r, const char *as
 			host = asked_host;
 			hlen = strlen(asked_host);
 		}
-		if (hlen == 0 || hlen > URL_HOST_MAX)
-			return fail(m, err, errlen, "a master's host is empty or too long");
+		if (!host_ok(host, hlen))
+			return fail(m, err, errlen, "a master's host is empty, too long or not printable");
 		idx = master_index(m, host, hlen, (int)node->element[1]->integer);
 		if (idx < 0)
 			return fail(m, err, errlen, "more masters than the broker follows");
@@ -141,7 +154,7 @@ int cluster_read_redirect(const char *msg, size_t len, const char *answered_host
 		addr = answered_host;
 		hlen = strlen(answered_host);
 	}
-	if (hlen == 0 || hlen > URL_HOST_MAX)
+	if (!host_ok(addr, hlen))
 		return -1;
 	memcpy(out->to.host, addr, hlen);
 	out->to.host[hlen] = '\0';

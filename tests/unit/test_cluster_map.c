@@ -96,6 +96,7 @@ Test(cluster_map, malformed_replies_are_refused_and_leave_nothing_served)
 	    "*1\r\n*3\r\n:0\r\n:3\r\n*2\r\n$1\r\nh\r\n:65536\r\n",             /* port too big */
 	    "*1\r\n*3\r\n:0\r\n:3\r\n*2\r\n:1\r\n:1\r\n",                      /* host not a string */
 	    "*1\r\n*3\r\n:0\r\n:3\r\n*1\r\n$1\r\nh\r\n",                       /* node without port */
+	    "*1\r\n*3\r\n:0\r\n:3\r\n*2\r\n$3\r\nh\x01t\r\n:1\r\n",           /* a control byte */
 	};
 	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
 		redisReply *r = reply_of(bad[k]);
@@ -155,7 +156,7 @@ Test(cluster_map, not_redirects)
 	    "MOVED 99999999999 h:1", "MOVED 1 h", "MOVED 1 h:", "MOVED 1 h:0", "MOVED 1 h:65536",
 	    "MOVED 1 h:123456", "MOVED 1 h:12a", "MOVED 1 h 1:2", "ASK", "ASKING 1 h:1",
 	    "CLUSTERDOWN The cluster is down", "TRYAGAIN Multiple keys request during rehashing",
-	    "moved 1 h:1", "MOVED -1 h:1",
+	    "moved 1 h:1", "MOVED -1 h:1", "MOVED 1 h\x01st:1", "MOVED 1 h\x7fst:1",
 	};
 	cluster_redirect_t rd;
 	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
