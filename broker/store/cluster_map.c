@@ -79,11 +79,14 @@ int cluster_map_read_slots(cluster_map_t *m, const redisReply *r, const char *as
 			return fail(m, err, errlen, "a slot range out of 0..16383");
 		node = e->element[2];
 		if (node->type != REDIS_REPLY_ARRAY || node->elements < 2 ||
-		    node->element[0]->type != REDIS_REPLY_STRING ||
+		    (node->element[0]->type != REDIS_REPLY_STRING &&
+		     node->element[0]->type != REDIS_REPLY_NIL) ||
 		    node->element[1]->type != REDIS_REPLY_INTEGER || !port_ok(node->element[1]->integer))
 			return fail(m, err, errlen, "a master is not [host, port, ...]");
-		host = node->element[0]->str;
-		hlen = node->element[0]->len;
+		/* nil (cluster-preferred-endpoint-type unknown-endpoint) or "":
+		 * the node that was asked. */
+		host = node->element[0]->type == REDIS_REPLY_NIL ? "" : node->element[0]->str;
+		hlen = node->element[0]->type == REDIS_REPLY_NIL ? 0 : node->element[0]->len;
 		if (hlen == 1 && host[0] == '?')
 			continue; /* its address is unknown to the node asked */
 		if (hlen == 0) {
@@ -150,6 +153,8 @@ int cluster_read_redirect(const char *msg, size_t len, const char *answered_host
 	if (!port_ok(port))
 		return -1;
 	hlen = (size_t)(colon - addr);
+	if (hlen == 1 && addr[0] == '?')
+		return -1; /* the node does not know where the slot went */
 	if (hlen == 0) {
 		addr = answered_host;
 		hlen = strlen(answered_host);

@@ -5,7 +5,8 @@
  * ASK redirects of a reply. No I/O: the backend asks, these read.
  *
  * Invariants: a map names at most CLUSTER_MASTERS_MAX masters, each once
- * (host and port as the cluster gives them); owner[slot] is an index into
+ * (host and port as the cluster gives them; a nil or empty host is the
+ * node asked, "?" an unknown one); owner[slot] is an index into
  * masters or -1 for a slot no master serves (the cluster is then partly
  * down: calls on those slots answer unavailable).
  */

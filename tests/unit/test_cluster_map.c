@@ -70,6 +70,16 @@ Test(cluster_map, a_master_with_two_ranges_is_one_master_and_gaps_are_counted)
 	freeReplyObject(r);
 }
 
+Test(cluster_map, a_nil_address_is_the_node_asked)
+{
+	redisReply *r = reply_of("*1\r\n*3\r\n:0\r\n:16383\r\n*4\r\n$-1\r\n:7001\r\n$2\r\nid\r\n*0\r\n");
+
+	cr_assert_eq(cluster_map_read_slots(&M, r, "seed-1", err, sizeof(err)), 0, "%s", err);
+	cr_assert_str_eq(cluster_map_master_of(&M, 9)->host, "seed-1");
+	cr_assert_eq(cluster_map_master_of(&M, 9)->port, 7001);
+	freeReplyObject(r);
+}
+
 Test(cluster_map, an_unknown_address_serves_nothing)
 {
 	char a[256], resp[512];
@@ -156,7 +166,7 @@ Test(cluster_map, not_redirects)
 	    "MOVED 99999999999 h:1", "MOVED 1 h", "MOVED 1 h:", "MOVED 1 h:0", "MOVED 1 h:65536",
 	    "MOVED 1 h:123456", "MOVED 1 h:12a", "MOVED 1 h 1:2", "ASK", "ASKING 1 h:1",
 	    "CLUSTERDOWN The cluster is down", "TRYAGAIN Multiple keys request during rehashing",
-	    "moved 1 h:1", "MOVED -1 h:1", "MOVED 1 h\x01st:1", "MOVED 1 h\x7fst:1",
+	    "moved 1 h:1", "MOVED -1 h:1", "MOVED 5 ?:7001", "ASK 5 ?:7001", "MOVED 1 h\x01st:1", "MOVED 1 h\x7fst:1",
 	};
 	cluster_redirect_t rd;
 	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
