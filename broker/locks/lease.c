@@ -25,20 +25,27 @@
 static htab_t by_token;
 static htab_t by_holder;
 
-/* The tokens of leases reported lost, newest last, in a ring: a lost
- * lease is not_held at once, without Redis (which may be down). */
-typedef struct lost_token {
+/* A ring of tokens, newest last, with an index: what was true of a token
+ * lately. */
+typedef struct ring_token {
 	htab_node_t node;
 	bool used;
 	uint64_t at;
 	char token[LEASE_TOKEN_LEN];
-} lost_token_t;
+} ring_token_t;
 
-static struct {
-	lost_token_t *ring; /* LEASE_LOST_KEPT entries, allocated on first use */
-	size_t next;
+typedef struct token_ring {
+	ring_token_t *ring; /* cap entries, allocated on first use */
+	size_t cap, next;
 	htab_t index;
-} lost;
+} token_ring_t;
+
+/* The tokens of leases reported lost: a lost lease is not_held at once,
+ * without Redis (which may be down). */
+static token_ring_t lost = {.cap = LEASE_LOST_KEPT};
+/* The tokens granted detached lately (in no table here): a heartbeat's
+ * reply that reports such a grant again is no grant to give back. */
+static token_ring_t detached = {.cap = LEASE_DETACHED_KEPT};
 
 
 static uint32_t token_hash(const char *token, size_t len)
@@ -150,22 +157,23 @@ void lease_set_grants_sink(lease_grants_fn fn)
 	grants_sink = fn;
 }
 
-/* The releases of the last RECENT_RELEASE_MS, in a ring: after a failover
- * the new master may have missed them (replication is asynchronous) and
- * hold those leases again, for nobody, until their TTL. They are sent
- * again there (lease_release_recent_again); a release of a token nobody
- * holds changes nothing. */
-#define RECENT_RELEASES 1024
-#define RECENT_RELEASE_MS 10000
+/* Releases, in a ring, kept until the released lease would have ended by
+ * its TTL anyway: after a failover the new master may have missed them
+ * (replication is asynchronous) and hold those leases again, for nobody,
+ * until then. They are sent again there (lease_release_recent_again); a
+ * release of a token nobody holds changes nothing. RECENT_RELEASES bounds
+ * the memory: past that many releases within a TTL the oldest are
+ * forgotten, and such a lease ends by its TTL as before. */
+#define RECENT_RELEASES 4096
 static struct recent_release {
-	uint64_t at; /* 0: unused */
+	uint64_t until; /* 0: unused */
 	char token[LEASE_TOKEN_LEN];
 	size_t len;
 	char *lock; /* malloc'd */
 } recent[RECENT_RELEASES];
 static size_t recent_next;
 
-void lease_note_released(const char *lock, size_t lock_len, const char *token)
+void lease_note_released(const char *lock, size_t lock_len, const char *token, uint64_t until)
 {
 	struct recent_release *e = &recent[recent_next];
 
@@ -175,11 +183,11 @@ void lease_note_released(const char *lock, size_t lock_len, const char *token)
 	memcpy(e->lock, lock, lock_len);
 	e->len = lock_len;
 	memcpy(e->token, token, LEASE_TOKEN_LEN);
-	e->at = timers_now();
+	e->until = until;
 }
 
 static void release_quietly(const char *lock, size_t lock_len, const char *token, const char *all,
-                            int64_t seq, int64_t undo, uint64_t until);
+                            int64_t seq, int64_t undo, uint64_t until, bool unwaited);
 
 size_t lease_release_recent_again(void)
 {
@@ -188,9 +196,11 @@ size_t lease_release_recent_again(void)
 
 	for (size_t k = 0; k < RECENT_RELEASES; k++) {
 		struct recent_release *e = &recent[k];
-		if (!e->at || now - e->at > RECENT_RELEASE_MS)
+		if (e->until <= now)
 			continue;
-		release_quietly(e->lock, e->len, e->token, "1", 0, 0, now + RECENT_RELEASE_MS);
+		/* Without WAIT: a burst of them must not hold a connection for
+		 * WAIT each; a grant in a reply is then given back. */
+		release_quietly(e->lock, e->len, e->token, "1", 0, 0, e->until, true);
 		n++;
 	}
 	return n;
@@ -223,9 +233,10 @@ static void on_released_quietly(const redisReply *reply, void *priv)
 	free(q);
 }
 
-/* all: "1" every level, "0" one, "u" the re-entry with op seq undo. */
+/* all: "1" every level, "0" one, "u" the re-entry with op seq undo.
+ * unwaited: see lockscript_unwaited. */
 static void release_quietly(const char *lock, size_t lock_len, const char *token, const char *all,
-                            int64_t seq, int64_t undo, uint64_t until)
+                            int64_t seq, int64_t undo, uint64_t until, bool unwaited)
 {
 	struct quiet_release *q = xmalloc(sizeof(*q) + lock_len);
 	lockscript_t ls;
@@ -240,6 +251,8 @@ static void release_quietly(const char *lock, size_t lock_len, const char *token
 	if (undo > 0)
 		lockscript_int(&ls, undo);
 	lockscript_retry_until(&ls, until);
+	if (unwaited)
+		lockscript_unwaited(&ls);
 	if (lockscript_send(&ls, SCRIPT_RELEASE, on_released_quietly, q) < 0) {
 		char tb[LOG_TOKEN_LEN];
 		free(q);
@@ -250,46 +263,69 @@ static void release_quietly(const char *lock, size_t lock_len, const char *token
 
 void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until)
 {
-	lease_note_released(lock, lock_len, token);
-	release_quietly(lock, lock_len, token, "1", 0, 0, until);
+	lease_note_released(lock, lock_len, token, until);
+	release_quietly(lock, lock_len, token, "1", 0, 0, until, false);
 }
 
 void lease_undo_reentry_in_redis(lease_t *l, int64_t reentry_seq, uint64_t until)
 {
-	release_quietly(l->lock, l->lock_len, l->token, "u", ++l->opseq, reentry_seq, until);
+	release_quietly(l->lock, l->lock_len, l->token, "u", ++l->opseq, reentry_seq, until, false);
 }
 
-static bool lost_match(const htab_node_t *n, const void *key)
+static bool ring_match(const htab_node_t *n, const void *key)
 {
-	const lost_token_t *e = (const lost_token_t *)n;
+	const ring_token_t *e = (const ring_token_t *)n;
 
 	return memcmp(e->token, key, LEASE_TOKEN_LEN) == 0;
 }
 
-static void remember_lost(const char *token)
+static void ring_add(token_ring_t *r, const char *token)
 {
-	lost_token_t *e;
+	ring_token_t *e;
 
-	if (!lost.ring)
-		lost.ring = xcalloc(LEASE_LOST_KEPT, sizeof(*lost.ring));
-	e = &lost.ring[lost.next];
-	lost.next = (lost.next + 1) % LEASE_LOST_KEPT;
+	if (!r->ring)
+		r->ring = xcalloc(r->cap, sizeof(*r->ring));
+	e = &r->ring[r->next];
+	r->next = (r->next + 1) % r->cap;
 	if (e->used)
-		htab_remove(&lost.index, &e->node);
+		htab_remove(&r->index, &e->node);
 	e->used = true;
 	e->at = timers_now();
 	memcpy(e->token, token, LEASE_TOKEN_LEN);
-	htab_insert(&lost.index, &e->node, token_hash(token, LEASE_TOKEN_LEN));
+	htab_insert(&r->index, &e->node, token_hash(token, LEASE_TOKEN_LEN));
+}
+
+static bool ring_has(const token_ring_t *r, const char *token, size_t len, uint64_t keep_ms)
+{
+	const ring_token_t *e;
+
+	if (len != LEASE_TOKEN_LEN || !r->ring)
+		return false;
+	e = (const ring_token_t *)htab_find(&r->index, token_hash(token, len), ring_match, token);
+	return e && timers_now() - e->at < keep_ms;
+}
+
+static void ring_free(token_ring_t *r)
+{
+	htab_free(&r->index);
+	free(r->ring);
+	r->ring = NULL;
+	r->next = 0;
 }
 
 bool lease_was_lost(const char *token, size_t len)
 {
-	const lost_token_t *e;
+	return ring_has(&lost, token, len, LEASE_LOST_KEEP_MS);
+}
 
-	if (len != LEASE_TOKEN_LEN || !lost.ring)
-		return false;
-	e = (const lost_token_t *)htab_find(&lost.index, token_hash(token, len), lost_match, token);
-	return e && timers_now() - e->at < LEASE_LOST_KEEP_MS;
+void lease_note_detached_grant(const char *token)
+{
+	ring_add(&detached, token);
+}
+
+bool lease_granted_detached_lately(const char *token, size_t len)
+{
+	return ring_has(&detached, token, len, LEASE_DETACHED_KEEP_MS);
 }
 
 void lease_lost(lease_t *l, const char *reason)
@@ -302,7 +338,7 @@ void lease_lost(lease_t *l, const char *reason)
 	server.stats.lost_total++;
 	counters_lost(reason);
 	client_send(s, resp_event_lost(l->token, (lb_str_t){l->lock, l->lock_len}, reason));
-	remember_lost(l->token);
+	ring_add(&lost, l->token);
 	if (strcmp(reason, "gone") != 0)
 		lease_release_in_redis(l->lock, l->lock_len, l->token,
 		                       l->expires_at + LEASE_RELEASE_SLACK_MS);
@@ -339,8 +375,7 @@ void lease_table_free(void)
 	FAILS_ASSERT(by_token.count == 0);
 	htab_free(&by_token);
 	htab_free(&by_holder);
-	htab_free(&lost.index);
-	free(lost.ring);
-	lost.ring = NULL;
+	ring_free(&lost);
+	ring_free(&detached);
 	recent_free();
 }

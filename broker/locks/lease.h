@@ -105,12 +105,13 @@ void lease_set_grants_sink(lease_grants_fn fn);
  * lost reply is sent again until `until` (uv_now ms: when the holder has
  * ended by its TTL anyway); with Redis down until then it ends so. */
 void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until);
-/* Remembers, for a while, that the token's holder was released (a
- * release answered, or sent by lease_release_in_redis). */
-void lease_note_released(const char *lock, size_t lock_len, const char *token);
-/* Sends every release remembered from the last seconds again, as quiet
- * releases: after a failover, to a new master that may have missed them.
- * Returns how many. */
+/* Remembers until `until` (uv_now ms: when the lease would have ended by
+ * its TTL) that the token's holder was released (a release answered, or
+ * sent by lease_release_in_redis). */
+void lease_note_released(const char *lock, size_t lock_len, const char *token, uint64_t until);
+/* Sends every release remembered (and not past its `until`) again, as
+ * quiet releases without WAIT: after a failover, to a new master that may
+ * have missed them. Returns how many. */
 size_t lease_release_recent_again(void);
 /* Takes back the re-entry of l that carried op seq reentry_seq, with the
  * next op seq: only if Redis ran it and nothing of l ran after it, and
@@ -122,6 +123,13 @@ void lease_undo_reentry_in_redis(lease_t *l, int64_t reentry_seq, uint64_t until
 /* True when this broker reported the lease of token lost (recently: the
  * last LEASE_LOST_KEPT tokens of the last LEASE_LOST_KEEP_MS). */
 bool lease_was_lost(const char *token, size_t len);
+/* A detached grant was answered (the lease is in no table here): a reply
+ * that reports it granted again within LEASE_DETACHED_KEEP_MS is not given
+ * back. */
+void lease_note_detached_grant(const char *token);
+bool lease_granted_detached_lately(const char *token, size_t len);
+#define LEASE_DETACHED_KEPT 4096
+#define LEASE_DETACHED_KEEP_MS 60000
 #define LEASE_LOST_KEPT 16384
 #define LEASE_LOST_KEEP_MS 3600000
 

@@ -148,6 +148,8 @@ static void on_release_reply(const redisReply *r, void *priv)
 	if (mine && store_replayed() && !store_reply_failed(r) && opctx_reply_int(r, 0, &count) && count < 0) {
 		/* Its first copy ran and freed the holder; the lease was ours and
 		 * not lost (a lost one is no longer in the table). */
+		lease_note_released(c->lock, c->lock_len, c->token,
+		                    mine->expires_at + LEASE_RELEASE_SLACK_MS);
 		lease_drop(mine);
 		client_send_released(c->s, c->id, 0);
 		grants_then_done(c, r);
@@ -156,7 +158,10 @@ static void on_release_reply(const redisReply *r, void *priv)
 	if (!lease_reply_or_answer(c, r, "release", &count, &l))
 		return;
 	if (count == 0) {
-		lease_note_released(c->lock, c->lock_len, c->token);
+		/* A detached lease's end is not known here: its longest TTL. */
+		lease_note_released(c->lock, c->lock_len, c->token,
+		                    l ? l->expires_at + LEASE_RELEASE_SLACK_MS
+		                      : timers_now() + REQ_TTL_MAX_MS + LEASE_RELEASE_SLACK_MS);
 		if (l)
 			lease_drop(l);
 		else

@@ -127,6 +127,8 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 		l = lease_new(s, w->id, w->wl->name, w->wl->len, w->owner, w->owner_len, w->mode, fence,
 		              w->ttl_ms, w->watchdog);
 		watchdog_start(l, sent_at, ttl_granted, hold_ms);
+	} else {
+		lease_note_detached_grant(w->id); /* in no table: see waitq_take_grants */
 	}
 	LOG(LOG_DEBUG, "msg=\"acquired\" session=%s lease=%s fence=%" PRId64 "%s", s->name,
 	    log_token(w->id, tb), fence, w->detach ? " detached=1" : "");
@@ -504,9 +506,11 @@ void waitq_take_grants(const char *lock, size_t lock_len, const redisReply *r, s
 		if (r->element[k + 1]->integer > server.fence_high)
 			server.fence_high = r->element[k + 1]->integer; /* given or given back */
 		w = wq_waiter_find(id->str, id->len);
-		if (!w && lease_find(id->str, id->len))
+		if (!w && (lease_find(id->str, id->len) ||
+		           lease_granted_detached_lately(id->str, id->len)))
 			continue; /* reported again (a heartbeat sent before the grant's
-			           * reply came back): it is a lease here already */
+			           * reply came back): it is a lease here already, or
+			           * one granted detached, in no table */
 		if (!w) {
 			/* A grant nobody here waits for: give it back. */
 			char token[LEASE_TOKEN_LEN + 1];

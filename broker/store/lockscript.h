@@ -46,6 +46,7 @@ typedef struct lockscript {
 	int nints;
 	uint64_t retry_until; /* store.h's; 0 unless lockscript_retry_until */
 	int floor_arg;        /* the fence floor's index in argv, or -1 */
+	bool unwaited;        /* store_eval_lock's: no WAIT behind it */
 } lockscript_t;
 
 /* Starts a call with the lock's first nkeys keys and, when context, the
@@ -57,6 +58,8 @@ void lockscript_int(lockscript_t *ls, int64_t v);
 /* The call is idempotent: resent after a lost reply until t (store.h's
  * retry_until). */
 static inline void lockscript_retry_until(lockscript_t *ls, uint64_t t) { ls->retry_until = t; }
+/* No WAIT behind this call (store.h: store_eval_lock's unwaited). */
+static inline void lockscript_unwaited(lockscript_t *ls) { ls->unwaited = true; }
 /* Sends it (store semantics: 0, or -1 when it was not accepted and fn
  * will not run) and frees what the builder allocated. */
 int lockscript_send(lockscript_t *ls, script_id_t script, store_fn fn, void *priv);

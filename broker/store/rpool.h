@@ -120,9 +120,15 @@ size_t rpool_pending(const rpool_t *p);
  * out, so a command sent again after a failover carries every fence seen
  * since it was built; -1 for none.
  */
+/* wait: RP_WAIT sends WAIT behind it (see above); RP_NO_WAIT does not (a
+ * read); RP_UNACKED does not either, and its callback hears that it is not
+ * acknowledged (rpool_replicated false) when the pool WAITs at all: for a
+ * write that must not hold a connection for WAIT and whose grants are
+ * then given back. */
+enum { RP_NO_WAIT, RP_WAIT, RP_UNACKED };
 int rpool_eval(rpool_t *p, uint32_t route, script_id_t script, int nkeys, int argc,
                const char *const *argv, const size_t *argvlen,
-               store_fn fn, void *priv, uint64_t retry_until, bool wait, int floor_arg);
+               store_fn fn, void *priv, uint64_t retry_until, int wait, int floor_arg);
 
 /* False while a callback runs for a command sent with wait whose WAIT did
  * not count wait_replicas replicas that have its writes (too few within

@@ -205,8 +205,12 @@ void rp_deliver(rcmd_t *cmd, const redisReply *reply)
 	if (reply)
 		counters_redis_rtt(uv_hrtime() - cmd->sent_ns);
 	delivery.replayed = cmd->replayed;
+	if (cmd->unacked)
+		delivery.unacked = true;
 	cmd->fn(reply, cmd->priv);
 	delivery.replayed = false;
+	if (cmd->unacked)
+		delivery.unacked = false;
 	reply_free(held);
 	free(cmd);
 }
@@ -463,7 +467,7 @@ static char *put_bulk(char *p, const char *s, size_t len)
 
 int rpool_eval(rpool_t *pool, uint32_t route, script_id_t script, int nkeys, int argc,
                const char *const *argv, const size_t *argvlen,
-               store_fn fn, void *priv, uint64_t retry_until, bool wait, int floor_arg)
+               store_fn fn, void *priv, uint64_t retry_until, int wait, int floor_arg)
 {
 	rconn_t *c = pool->closing ? NULL : pick(pool, route, pool->checking && pool->in_check_cb);
 	size_t total = 0;
@@ -486,7 +490,8 @@ int rpool_eval(rpool_t *pool, uint32_t route, script_id_t script, int nkeys, int
 	cmd->reloaded = false;
 	cmd->replayed = false;
 	cmd->pinned = false;
-	cmd->wait = wait;
+	cmd->wait = wait == RP_WAIT;
+	cmd->unacked = wait == RP_UNACKED && pool->wait_replicas > 0;
 	/* Made inside the failover check's callback: part of the check. */
 	cmd->check = pool->checking && pool->in_check_cb;
 	cmd->floor_off = 0;

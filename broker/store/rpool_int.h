@@ -99,6 +99,7 @@ struct rcmd {
 	bool replayed;        /* sent again after a lost reply */
 	bool pinned;          /* holds a pin on its route (see the header) */
 	bool wait;            /* followed by WAIT (rpool_eval's wait) */
+	bool unacked;         /* RP_UNACKED with WAIT on: delivered as not acknowledged */
 	bool check;           /* part of the check after a failover: passes the gate */
 	size_t floor_off;     /* the fence floor's digits in resp (FLOOR_DIGITS), or 0 */
 	struct waitref *wref; /* the WAIT sent behind it, not yet answered */

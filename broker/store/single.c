@@ -121,11 +121,13 @@ bool store_replicated(void)
 
 int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int nkeys, int argc,
                     const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
-                    uint64_t retry_until, int floor_arg)
+                    uint64_t retry_until, int floor_arg, bool unwaited)
 {
 	/* WAIT (--redis-wait-replicas) behind every call that may grant or
 	 * change a lease; verify and inspect only read. */
-	bool wait = script != SCRIPT_VERIFY && script != SCRIPT_INSPECT;
+	int wait = script == SCRIPT_VERIFY || script == SCRIPT_INSPECT ? RP_NO_WAIT
+	           : unwaited                                          ? RP_UNACKED
+	                                                               : RP_WAIT;
 
 	return rpool_eval(P, rpool_route(lock, lock_len), script, nkeys, argc, argv, argvlen, fn, priv,
 	                  retry_until, wait, floor_arg);
@@ -163,5 +165,5 @@ int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc
 	memcpy(lens + 1, argvlen, (size_t)argc * sizeof(*argvlen));
 	part = route_part(key, key_len, &part_len);
 	return rpool_eval(P, rpool_route(part, part_len), script, 1, argc + 1, all, lens, fn, priv,
-	                  retry_until, false, -1);
+	                  retry_until, RP_NO_WAIT, -1);
 }

@@ -132,7 +132,13 @@ bool store_replicated(void);
  * will run), -1 when not (fn will not). */
 int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int nkeys, int argc,
                     const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
-                    uint64_t retry_until, int floor_arg);
+                    uint64_t retry_until, int floor_arg, bool unwaited);
+
+/* unwaited (store_eval_lock): no WAIT behind the call even with
+ * --redis-wait-replicas, so it never holds a connection for WAIT; its
+ * callback then hears store_replicated() false, and a grant in its reply
+ * is given back. For writes whose own effect needs no replica (a release
+ * sent again after a failover). */
 
 /* A script on one key that is no lock's, with args after the key (copied);
  * the key's hash tag ({...}, as Redis Cluster reads it) picks where it runs.
