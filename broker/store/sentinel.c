@@ -390,7 +390,7 @@ static void on_ask_reply(redisAsyncContext *ac, void *r, void *priv)
 		sentinel_ask();
 		return;
 	}
-	S.on_master(host, port);
+	S.on_master(host, port, false);
 	if (S.again) {
 		S.again = false;
 		sentinel_ask();
@@ -453,7 +453,7 @@ static void on_switch(const char *msg, size_t len)
 	 * sentinel that announced the switch is asked first from now on. */
 	S.switches++;
 	S.ask_first = S.watch.idx + 1;
-	S.on_master(host, port);
+	S.on_master(host, port, true);
 }
 
 static void on_watch_msg(redisAsyncContext *ac, void *r, void *priv)

@@ -15,11 +15,14 @@
 #ifndef LB_BROKER_STORE_SENTINEL_H
 #define LB_BROKER_STORE_SENTINEL_H
 
+#include <stdbool.h>
 #include <uv.h>
 
 #include "broker/base/url.h"
 
-typedef void (*sentinel_master_fn)(const char *host, int port);
+/* announced: from a +switch-master message (the sentinels' own news);
+ * else an answer to a question. */
+typedef void (*sentinel_master_fn)(const char *host, int port, bool announced);
 
 /* Starts watching and asks at once. */
 void sentinel_start(uv_loop_t *loop, const redis_addr_t *addr, sentinel_master_fn on_master);

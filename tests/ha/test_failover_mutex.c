@@ -250,6 +250,18 @@ typedef struct {
 	double first_grant_ms[2];      /* kill -> first grant after it, per broker */
 } outcome;
 
+static void print_master_lines(const lb_broker *b)
+{
+	FILE *f = fopen(lb_broker_log(b), "r");
+	char line[1024];
+
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, "master") || strstr(line, "sentinel"))
+			fprintf(stderr, "  %s", line);
+	if (f)
+		fclose(f);
+}
+
 static int by_start(const void *a, const void *b)
 {
 	const hold_t *x = a, *y = b;
@@ -393,7 +405,9 @@ static void run(const char *const *wait_flags, outcome *o, int64_t *long_granted
 	for (int k = 0; k < 2; k++) {
 		lb_client *s = lb_connect(br[k], LB_TCP);
 		json_t *st = lb_stats(s);
-		cr_assert_eq(lb_int(st, "failovers_total"), 1, "%s", lb_dump(st));
+		if (lb_int(st, "failovers_total") != 1)
+			print_master_lines(br[k]); /* what it followed, for the failure */
+		cr_assert_eq(lb_int(st, "failovers_total"), 1, "broker %d: %s", k, lb_dump(st));
 		failovers += lb_int(st, "failovers_total");
 		o->failover_lost += lb_int(st, "failover_lost_total");
 	}
