@@ -148,3 +148,12 @@ int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop, void (*on_freed)(voi
 	ac->ev.data = p;
 	return REDIS_OK;
 }
+
+bool redis_uv_addr_name(const struct addrinfo *ai, char *ip, size_t len)
+{
+	if (ai->ai_family == AF_INET6)
+		return uv_ip6_name((const struct sockaddr_in6 *)ai->ai_addr, ip, len) == 0;
+	if (ai->ai_family == AF_INET)
+		return uv_ip4_name((const struct sockaddr_in *)ai->ai_addr, ip, len) == 0;
+	return false;
+}

@@ -11,6 +11,9 @@
 #ifndef LB_BROKER_REDIS_UV_H
 #define LB_BROKER_REDIS_UV_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #include <hiredis/async.h>
 #include <uv.h>
 
@@ -21,5 +24,9 @@
  * that never connected, so this is the one sure sign that it is gone. */
 int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop, void (*on_freed)(void *priv),
                     void *priv);
+
+/* The numeric address of one getaddrinfo result ("10.0.0.5", "::1") into
+ * ip; false (ip untouched) when it is neither IPv4 nor IPv6. */
+bool redis_uv_addr_name(const struct addrinfo *ai, char *ip, size_t len);
 
 #endif

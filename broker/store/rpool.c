@@ -458,14 +458,8 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 	c->naddrs = 0;
 	c->addr_i = 0;
 	for (struct addrinfo *ai = status == 0 ? res : NULL; ai && c->naddrs < MAX_ADDRS; ai = ai->ai_next) {
-		char *ip = c->addrs[c->naddrs];
-		if (ai->ai_family == AF_INET6)
-			uv_ip6_name((const struct sockaddr_in6 *)ai->ai_addr, ip, sizeof(c->addrs[0]));
-		else if (ai->ai_family == AF_INET)
-			uv_ip4_name((const struct sockaddr_in *)ai->ai_addr, ip, sizeof(c->addrs[0]));
-		else
-			continue;
-		c->naddrs++;
+		if (redis_uv_addr_name(ai, c->addrs[c->naddrs], sizeof(c->addrs[0])))
+			c->naddrs++;
 	}
 	uv_freeaddrinfo(res);
 	if (c->state != RC_RESOLVING) {

@@ -202,12 +202,8 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 	char ip[64] = "";
 
 	sc->resolving = false;
-	for (struct addrinfo *ai = status == 0 ? res : NULL; ai && !ip[0]; ai = ai->ai_next) {
-		if (ai->ai_family == AF_INET6)
-			uv_ip6_name((const struct sockaddr_in6 *)ai->ai_addr, ip, sizeof(ip));
-		else if (ai->ai_family == AF_INET)
-			uv_ip4_name((const struct sockaddr_in *)ai->ai_addr, ip, sizeof(ip));
-	}
+	for (struct addrinfo *ai = status == 0 ? res : NULL; ai && !ip[0]; ai = ai->ai_next)
+		redis_uv_addr_name(ai, ip, sizeof(ip));
 	uv_freeaddrinfo(res);
 	if (S.closing)
 		return;
