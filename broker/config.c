@@ -11,7 +11,9 @@
  *   3. apply the flags other than --config, left to right (last one wins;
  *      the first --listen replaces the list, later ones append).
  * Secrets are resolved last: the Redis password (for a sentinel:// URL the
- * master's) is the URL's, else the --redis-password-file content, else
+ * master's, for a cluster:// URL the nodes') is the URL's, else (cluster://
+ * only) the content of the URL's ?password_file= (the URL never gives both),
+ * else the --redis-password-file content, else
  * $LOCKBROKER_REDIS_PASSWORD; for a sentinel:// URL the sentinels' password
  * is the content of the URL's ?sentinel_password_file=, else
  * $LOCKBROKER_SENTINEL_PASSWORD, else none; the auth secret is the
@@ -106,7 +108,12 @@ static const struct option_def options[] = {
 	 "sentinel://[:PASSWORD@]HOST[:PORT][,...]\n"
 	 "/MASTER_NAME[?db=N&sentinel_password_file=FILE]\n"
 	 "(sentinels' default port 26379; PASSWORD is the\n"
-	 "master's, FILE holds the sentinels')\n"
+	 "master's, FILE holds the sentinels'), or the\n"
+	 "seed nodes of a Redis Cluster:\n"
+	 "cluster://[:PASSWORD@]HOST[:PORT][,...]\n"
+	 "[?password_file=FILE] (default port 6379; no\n"
+	 "db, a cluster has only db 0; FILE holds the\n"
+	 "nodes' password, given instead of PASSWORD)\n"
 	 "(default: " CONFIG_DEFAULT_REDIS ")"},
 	{"redis-password-file", OPT_REDIS_PASSWORD_FILE, T_STRING, true, 0, 0, "FILE",
 	 "file holding the Redis password, used when the\n"
@@ -565,9 +572,14 @@ static int resolve_secrets(struct loader *l)
 	if (l->auth_file != NULL && read_secret(l, "auth file", l->auth_file, &l->cfg->auth_secret) < 0)
 		return CONFIG_ERROR;
 	if (r->password == NULL) {
-		int rc = l->password_file != NULL
-				 ? read_secret(l, "redis password file", l->password_file, &r->password)
-				 : env_secret(l, ENV_REDIS_PASSWORD, &r->password);
+		int rc;
+
+		if (r->password_file != NULL) /* cluster://...?password_file= */
+			rc = read_secret(l, "cluster URL password_file", r->password_file, &r->password);
+		else if (l->password_file != NULL)
+			rc = read_secret(l, "redis password file", l->password_file, &r->password);
+		else
+			rc = env_secret(l, ENV_REDIS_PASSWORD, &r->password);
 		if (rc < 0)
 			return rc;
 	}

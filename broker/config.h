@@ -26,7 +26,8 @@ enum {
 /*
  * Fills cfg from defaults, then the --config file if one is named, then the
  * flags. Reads --auth-file and --redis-password-file (also the env variable
- * LOCKBROKER_REDIS_PASSWORD when no other password is given) and, for a
+ * LOCKBROKER_REDIS_PASSWORD when no other password is given), for a
+ * cluster:// URL its password_file (which wins over both), and, for a
  * sentinel:// URL, its sentinel_password_file (else the env variable
  * LOCKBROKER_SENTINEL_PASSWORD). argv is not modified. Returns CONFIG_OK, CONFIG_EXIT or CONFIG_ERROR.
  */

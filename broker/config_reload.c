@@ -2,9 +2,9 @@
  * config_reload.c - SIGHUP: which settings a reloaded config may change in
  * the running broker, and which ones only a restart can (see config.h).
  * Settings that need a restart are named, not applied: the listeners, the
- * Redis address (sentinels, master name and passwords included), the
- * replication wait (redis-wait-replicas, redis-wait-ms), the key prefix and
- * the pool are what the broker was started with, and stay so.
+ * Redis address (sentinels, master name, cluster seeds and passwords
+ * included), the replication wait (redis-wait-replicas, redis-wait-ms), the
+ * key prefix and the pool are what the broker was started with, and stay so.
  */
 #include "broker/config.h"
 
@@ -34,10 +34,21 @@ static bool same_opt_string(const char *a, const char *b)
 	return strcmp(a, b) == 0;
 }
 
+/* Whether two host lists are the same hosts in the same order. */
+static bool same_hosts(const host_port_t *a, int na, const host_port_t *b, int nb)
+{
+	if (na != nb)
+		return false;
+	for (int k = 0; k < na; k++)
+		if (a[k].port != b[k].port || strcmp(a[k].host, b[k].host) != 0)
+			return false;
+	return true;
+}
+
 /* Whether two Redis addresses would connect the same way: the same place
  * (for sentinel:// the same sentinels in the same order and the same master
- * name), db and passwords. The sentinel password file's name is not
- * compared, its content is. */
+ * name, for cluster:// the same seeds in the same order), db and passwords.
+ * The password files' names are not compared, their content is. */
 static bool same_redis(const redis_addr_t *a, const redis_addr_t *b)
 {
 	if (a->kind != b->kind || a->port != b->port || a->db != b->db || strcmp(a->host, b->host) != 0 ||
@@ -46,13 +57,10 @@ static bool same_redis(const redis_addr_t *a, const redis_addr_t *b)
 	if (!same_opt_string(a->password, b->password) ||
 	    !same_opt_string(a->sentinel_password, b->sentinel_password))
 		return false;
-	if (a->nsentinels != b->nsentinels || strcmp(a->master_name, b->master_name) != 0)
+	if (strcmp(a->master_name, b->master_name) != 0)
 		return false;
-	for (int k = 0; k < a->nsentinels; k++)
-		if (a->sentinels[k].port != b->sentinels[k].port ||
-		    strcmp(a->sentinels[k].host, b->sentinels[k].host) != 0)
-			return false;
-	return true;
+	return same_hosts(a->sentinels, a->nsentinels, b->sentinels, b->nsentinels) &&
+	       same_hosts(a->seeds, a->nseeds, b->seeds, b->nseeds);
 }
 
 void config_apply_reload(lb_config_t *live, lb_config_t *fresh, char *restart, size_t restartlen)

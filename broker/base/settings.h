@@ -22,7 +22,8 @@
 typedef struct lb_config {
 	listen_addr_t listen[CONFIG_MAX_LISTEN];
 	size_t nlisten;
-	redis_addr_t redis;        /* password resolved: URL, else file, else env;
+	redis_addr_t redis;        /* password resolved: URL (for cluster:// also
+	                            * its password_file), else file, else env;
 	                            * sentinel:// also sentinel_password: its file,
 	                            * else env, else NULL */
 	int redis_wait_replicas;   /* 0..16, default 0 (off): after a grant or an

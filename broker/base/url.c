@@ -2,10 +2,11 @@
  * url.c - parsing of listen URLs (tcp://HOST:PORT, unix:///PATH) and Redis
  * URLs (redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], unix:///PATH[?db=N],
  * sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME
- * [?db=N&sentinel_password_file=PATH]).
+ * [?db=N&sentinel_password_file=PATH],
+ * cluster://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][?password_file=PATH]).
  *
  * Pure string work, no I/O, no allocation except the Redis password and the
- * sentinel password file's name.
+ * password files' names.
  * Invariants:
  *  - On success the out struct is fully written; on failure a listen_addr_t
  *    is left zeroed and a redis_addr_t is left cleared (pointers NULL), so
@@ -22,6 +23,15 @@
  *    The master name and the query values are taken as they are (no
  *    percent-decoding); each query parameter comes at most once, in any
  *    order.
+ *  - cluster://: the authority (userinfo and seed list) ends at the first
+ *    '/', '?' or '#', and the userinfo at the authority's last '@'. So a
+ *    password may hold a raw '@' but must percent-encode '/', '?' and '#'
+ *    (%2F, %3F, %23); the file name may then hold '@'. What follows the
+ *    authority may only be the query: a path (there is no db to name, a
+ *    cluster has only db 0) and a fragment are refused, and so are a db
+ *    query parameter and a password given both in the userinfo and as
+ *    ?password_file=. The seed list and the query follow the sentinel://
+ *    rules above (one list parser, one query splitter).
  */
 #include "broker/base/url.h"
 
@@ -35,8 +45,8 @@
 #include <string.h>
 #include <strings.h>
 
-#define REDIS_DEFAULT_PORT 6379
-#define SENTINEL_PASSWORD_FILE_MAX 4096 /* the config's secret file paths */
+#define PASSWORD_FILE_MAX 4096 /* the config's secret file paths */
+#define CLUSTER_NO_DB "cluster URL takes no path or db: Redis Cluster has only db 0"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -308,7 +318,7 @@ static int parse_redis_tcp(const char *s, redis_addr_t *out, char *err, size_t e
 		return fail(err, errlen, "redis URL takes no query or fragment");
 	if (parse_hostport(hp, hplen, out->host, &port, 1, err, errlen) < 0)
 		return -1;
-	out->port = port < 0 ? REDIS_DEFAULT_PORT : port;
+	out->port = port < 0 ? URL_REDIS_DEFAULT_PORT : port;
 	out->db = 0;
 	if (slash != NULL && slash[1] != '\0') {
 		long v;
@@ -320,43 +330,82 @@ static int parse_redis_tcp(const char *s, redis_addr_t *out, char *err, size_t e
 	return 0;
 }
 
-/* One element of a sentinel list, len bytes at s; i counts from 0. */
-static int parse_sentinel_addr(const char *s, size_t len, int i, host_port_t *hp,
-			       char *err, size_t errlen)
+/*
+ * A URL's list of hosts: what an element is called in messages ("sentinel"
+ * gives "sentinel address 2 is empty"), the URL's form for the message of
+ * an empty list, the port of an element without one, and the most elements.
+ */
+struct host_list {
+	const char *what;
+	const char *form;
+	int default_port;
+	int max;
+};
+
+static const struct host_list sentinel_list = {
+	"sentinel", "sentinel://HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME",
+	URL_SENTINEL_DEFAULT_PORT, URL_SENTINELS_MAX,
+};
+
+static const struct host_list seed_list = {
+	"seed node", "cluster://HOST[:PORT][,HOST[:PORT]...]",
+	URL_REDIS_DEFAULT_PORT, URL_SEEDS_MAX,
+};
+
+/* One element of a host list, len bytes at s; i counts from 0. */
+static int parse_list_addr(const char *s, size_t len, const struct host_list *hl, int i,
+			   host_port_t *hp, char *err, size_t errlen)
 {
 	char msg[128];
 	int port;
 
 	if (len == 0)
-		return fail(err, errlen, "sentinel address %d is empty (nothing between commas)", i + 1);
+		return fail(err, errlen, "%s address %d is empty (nothing between commas)", hl->what, i + 1);
 	if (parse_hostport(s, len, hp->host, &port, 1, msg, sizeof(msg)) < 0)
-		return fail(err, errlen, "sentinel address %d: %s", i + 1, msg);
-	hp->port = port < 0 ? URL_SENTINEL_DEFAULT_PORT : port;
+		return fail(err, errlen, "%s address %d: %s", hl->what, i + 1, msg);
+	hp->port = port < 0 ? hl->default_port : port;
 	return 0;
 }
 
-/* "HOST[:PORT][,HOST[:PORT]...]", len bytes at s. */
-static int parse_sentinel_list(const char *s, size_t len, redis_addr_t *out,
-			       char *err, size_t errlen)
+/* "HOST[:PORT][,HOST[:PORT]...]", len bytes at s, into list[0..*n), in
+ * order; list has room for hl->max. */
+static int parse_host_list(const char *s, size_t len, const struct host_list *hl,
+			   host_port_t *list, int *n, char *err, size_t errlen)
 {
 	const char *end = s + len;
 
 	if (len == 0)
-		return fail(err, errlen, "no sentinel address (sentinel://HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME)");
+		return fail(err, errlen, "no %s address (%s)", hl->what, hl->form);
 	for (const char *p = s;; ) {
 		const char *comma = memchr(p, ',', (size_t)(end - p));
 		const char *eend = comma != NULL ? comma : end;
 
-		if (out->nsentinels == URL_SENTINELS_MAX)
-			return fail(err, errlen, "more than %d sentinel addresses", URL_SENTINELS_MAX);
-		if (parse_sentinel_addr(p, (size_t)(eend - p), out->nsentinels,
-					&out->sentinels[out->nsentinels], err, errlen) < 0)
+		if (*n == hl->max)
+			return fail(err, errlen, "more than %d %s addresses", hl->max, hl->what);
+		if (parse_list_addr(p, (size_t)(eend - p), hl, *n, &list[*n], err, errlen) < 0)
 			return -1;
-		out->nsentinels++;
+		(*n)++;
 		if (comma == NULL)
 			return 0;
 		p = comma + 1;
 	}
+}
+
+/*
+ * The authority of a sentinel:// or cluster:// URL, len bytes at s:
+ * "[USERINFO@]HOST[:PORT][,HOST[:PORT]...]", the userinfo ending at the last
+ * '@'. The password goes to out->password, the hosts to list.
+ */
+static int parse_list_authority(const char *s, size_t len, const struct host_list *hl,
+				redis_addr_t *out, host_port_t *list, int *n,
+				char *err, size_t errlen)
+{
+	const char *at = len > 0 ? memrchr(s, '@', len) : NULL;
+	const char *hosts = at != NULL ? at + 1 : s;
+
+	if (at != NULL && parse_userinfo(s, (size_t)(at - s), &out->password, err, errlen) < 0)
+		return -1;
+	return parse_host_list(hosts, (size_t)(s + len - hosts), hl, list, n, err, errlen);
 }
 
 /* The master name, len bytes at s: 1..URL_MASTER_NAME_MAX bytes of printable
@@ -375,6 +424,61 @@ static int parse_master_name(const char *s, size_t len, char *name, char *err, s
 	return 0;
 }
 
+/* One parameter of a query: KEY[=VALUE], len bytes in all; the value is
+ * empty when there is no '='. */
+struct query_param {
+	const char *key, *value;
+	size_t len, klen, vlen;
+};
+
+/* Takes the next '&'-separated parameter off the query at *q (what follows
+ * the '?'); false when the query is used up. */
+static bool next_param(const char **q, struct query_param *p)
+{
+	const char *s = *q;
+	const char *amp, *eq;
+
+	if (s == NULL)
+		return false;
+	amp = strchr(s, '&');
+	p->key = s;
+	p->len = amp != NULL ? (size_t)(amp - s) : strlen(s);
+	eq = memchr(s, '=', p->len);
+	p->klen = eq != NULL ? (size_t)(eq - s) : p->len;
+	p->value = eq != NULL ? eq + 1 : s + p->len;
+	p->vlen = (size_t)(s + p->len - p->value);
+	*q = amp != NULL ? amp + 1 : NULL;
+	return true;
+}
+
+static bool param_is(const struct query_param *p, const char *key)
+{
+	return p->klen == strlen(key) && memcmp(p->key, key, p->klen) == 0;
+}
+
+/* A password file's name, the value of the parameter p: given once, an
+ * absolute path of at most PASSWORD_FILE_MAX bytes, taken as it is into a
+ * new string at *file. */
+static int parse_file_param(const struct query_param *p, char **file, char *err, size_t errlen)
+{
+	int klen = (int)p->klen; /* a known key, short */
+
+	if (*file != NULL)
+		return fail(err, errlen, "query parameter %.*s given twice", klen, p->key);
+	if (p->vlen == 0)
+		return fail(err, errlen, "query parameter %.*s has no value", klen, p->key);
+	if (p->value[0] != '/')
+		return fail(err, errlen, "%.*s must be an absolute path", klen, p->key);
+	if (p->vlen > PASSWORD_FILE_MAX)
+		return fail(err, errlen, "%.*s longer than %d bytes", klen, p->key, PASSWORD_FILE_MAX);
+	*file = malloc(p->vlen + 1);
+	if (*file == NULL)
+		abort();
+	memcpy(*file, p->value, p->vlen);
+	(*file)[p->vlen] = '\0';
+	return 0;
+}
+
 /*
  * The query of a sentinel URL (after the '?'): "&"-separated KEY=VALUE,
  * KEY one of db, sentinel_password_file, each at most once, values not
@@ -382,50 +486,30 @@ static int parse_master_name(const char *s, size_t len, char *name, char *err, s
  */
 static int parse_sentinel_query(const char *q, redis_addr_t *out, char *err, size_t errlen)
 {
+	struct query_param p;
 	bool seen_db = false;
 
-	for (const char *p = q;; ) {
-		const char *amp = strchr(p, '&');
-		size_t len = amp != NULL ? (size_t)(amp - p) : strlen(p);
-		const char *eq = memchr(p, '=', len);
-		size_t klen = eq != NULL ? (size_t)(eq - p) : len;
-		const char *v = eq != NULL ? eq + 1 : p + len;
-		size_t vlen = (size_t)(p + len - v);
-
-		if (len == 0)
+	while (next_param(&q, &p)) {
+		if (p.len == 0)
 			return fail(err, errlen, "empty query parameter (want ?db=N&sentinel_password_file=PATH)");
-		if (klen == 2 && memcmp(p, "db", 2) == 0) {
+		if (param_is(&p, "db")) {
 			long n;
 			if (seen_db)
 				return fail(err, errlen, "query parameter db given twice");
-			if (vlen == 0)
+			if (p.vlen == 0)
 				return fail(err, errlen, "query parameter db has no value");
-			if (!parse_uint(v, vlen, INT_MAX, &n))
+			if (!parse_uint(p.value, p.vlen, INT_MAX, &n))
 				return fail(err, errlen, "invalid db number (want 0..%d)", INT_MAX);
 			out->db = (int)n;
 			seen_db = true;
-		} else if (klen == 22 && memcmp(p, "sentinel_password_file", 22) == 0) {
-			if (out->sentinel_password_file != NULL)
-				return fail(err, errlen, "query parameter sentinel_password_file given twice");
-			if (vlen == 0)
-				return fail(err, errlen, "query parameter sentinel_password_file has no value");
-			if (v[0] != '/')
-				return fail(err, errlen, "sentinel_password_file must be an absolute path");
-			if (vlen > SENTINEL_PASSWORD_FILE_MAX)
-				return fail(err, errlen, "sentinel_password_file longer than %d bytes",
-					    SENTINEL_PASSWORD_FILE_MAX);
-			out->sentinel_password_file = malloc(vlen + 1);
-			if (out->sentinel_password_file == NULL)
-				abort();
-			memcpy(out->sentinel_password_file, v, vlen);
-			out->sentinel_password_file[vlen] = '\0';
+		} else if (param_is(&p, "sentinel_password_file")) {
+			if (parse_file_param(&p, &out->sentinel_password_file, err, errlen) < 0)
+				return -1;
 		} else {
 			return fail(err, errlen, "unknown query parameter (want db=N or sentinel_password_file=PATH)");
 		}
-		if (amp == NULL)
-			return 0;
-		p = amp + 1;
 	}
+	return 0;
 }
 
 /* After "sentinel://"; see the top comment for where each part ends. */
@@ -433,13 +517,10 @@ static int parse_sentinel(const char *s, redis_addr_t *out, char *err, size_t er
 {
 	const char *slash = strchr(s, '/');
 	size_t alen = slash != NULL ? (size_t)(slash - s) : strlen(s);
-	const char *at = alen > 0 ? memrchr(s, '@', alen) : NULL;
-	const char *list = at != NULL ? at + 1 : s;
 	const char *name, *q;
 
-	if (at != NULL && parse_userinfo(s, (size_t)(at - s), &out->password, err, errlen) < 0)
-		return -1;
-	if (parse_sentinel_list(list, (size_t)(s + alen - list), out, err, errlen) < 0)
+	if (parse_list_authority(s, alen, &sentinel_list, out, out->sentinels, &out->nsentinels,
+				 err, errlen) < 0)
 		return -1;
 	if (slash == NULL)
 		return fail(err, errlen, "master name missing (sentinel://HOST[:PORT]/MASTER_NAME)");
@@ -455,6 +536,50 @@ static int parse_sentinel(const char *s, redis_addr_t *out, char *err, size_t er
 			return -1;
 	}
 	out->kind = URL_SENTINEL;
+	return 0;
+}
+
+/*
+ * The query of a cluster URL (after the '?'): "&"-separated KEY=VALUE, the
+ * only KEY password_file, at most once, its value not empty. db is refused
+ * by name, other keys are not quoted: they are part of the URL.
+ */
+static int parse_cluster_query(const char *q, redis_addr_t *out, char *err, size_t errlen)
+{
+	struct query_param p;
+
+	while (next_param(&q, &p)) {
+		if (p.len == 0)
+			return fail(err, errlen, "empty query parameter (want ?password_file=PATH)");
+		if (param_is(&p, "password_file")) {
+			if (parse_file_param(&p, &out->password_file, err, errlen) < 0)
+				return -1;
+		} else if (param_is(&p, "db")) {
+			return fail(err, errlen, CLUSTER_NO_DB);
+		} else {
+			return fail(err, errlen, "unknown query parameter (want password_file=PATH)");
+		}
+	}
+	return 0;
+}
+
+/* After "cluster://"; see the top comment for where each part ends. */
+static int parse_cluster(const char *s, redis_addr_t *out, char *err, size_t errlen)
+{
+	size_t alen = strcspn(s, "/?#");
+	const char *rest = s + alen;
+
+	if (parse_list_authority(s, alen, &seed_list, out, out->seeds, &out->nseeds, err, errlen) < 0)
+		return -1;
+	if (*rest == '/')
+		return fail(err, errlen, CLUSTER_NO_DB);
+	if (strchr(rest, '#') != NULL)
+		return fail(err, errlen, "cluster URL takes no fragment");
+	if (*rest == '?' && parse_cluster_query(rest + 1, out, err, errlen) < 0)
+		return -1;
+	if (out->password != NULL && out->password_file != NULL)
+		return fail(err, errlen, "cluster URL gives both a password and password_file (give one)");
+	out->kind = URL_CLUSTER;
 	return 0;
 }
 
@@ -482,11 +607,14 @@ int url_parse_redis(const char *url, redis_addr_t *out, char *err, size_t errlen
 		out->kind = URL_UNIX;
 	} else if (has_scheme(url, "sentinel://")) {
 		rc = parse_sentinel(url + 11, out, err, errlen);
+	} else if (has_scheme(url, "cluster://")) {
+		rc = parse_cluster(url + 10, out, err, errlen);
 	} else if (has_scheme(url, "rediss://")) {
 		rc = fail(err, errlen, "TLS (rediss://) is not supported");
 	} else {
 		rc = fail(err, errlen, "unsupported Redis URL (want redis://[:PASSWORD@]HOST[:PORT][/DB], "
-			  "unix:///PATH[?db=N] or sentinel://[:PASSWORD@]HOST[:PORT][,...]/MASTER_NAME[?db=N])");
+			  "unix:///PATH[?db=N], sentinel://[:PASSWORD@]HOST[:PORT][,...]/MASTER_NAME[?db=N] "
+			  "or cluster://[:PASSWORD@]HOST[:PORT][,...])");
 	}
 	if (rc < 0)
 		redis_addr_clear(out);
@@ -509,6 +637,7 @@ void redis_addr_clear(redis_addr_t *a)
 	free_secret(a->password);
 	free_secret(a->sentinel_password);
 	free(a->sentinel_password_file);
+	free(a->password_file);
 	memset(a, 0, sizeof(*a));
 }
 

@@ -19,7 +19,7 @@
 #include "broker/store/cluster_map.h"
 
 #define CLUSTER_REFRESH_MS 10000
-#define CLUSTER_SEEDS_MAX URL_SENTINELS_MAX
+#define CLUSTER_SEEDS_MAX URL_SEEDS_MAX
 
 /* The map is valid during the call only. */
 typedef void (*cluster_topo_fn)(const cluster_map_t *map);

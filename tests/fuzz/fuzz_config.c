@@ -9,7 +9,7 @@
  * arguments, NUL-separated (at most 32). The secret file "s" holds a known
  * secret, so that "--auth-file s" or "redis-password-file": "s" reads it;
  * so does the absolute name SECRET_PATH, which a sentinel:// URL's
- * sentinel_password_file needs.
+ * sentinel_password_file and a cluster:// URL's password_file need.
  *
  * The loader opens files named in the input. So that it opens nothing but
  * "c" and "s", the target runs in a private temporary directory and the
@@ -192,11 +192,22 @@ static bool secret_ok(const char *s)
 
 static void check_redis(const redis_addr_t *r)
 {
-	CHECK(r->kind == URL_TCP || r->kind == URL_UNIX || r->kind == URL_SENTINEL);
+	CHECK(r->kind == URL_TCP || r->kind == URL_UNIX || r->kind == URL_SENTINEL ||
+	      r->kind == URL_CLUSTER);
 	CHECK(r->kind != URL_TCP || in_range(r->port, 1, 65535));
 	CHECK(r->kind != URL_UNIX || r->path[0] == '/');
 	CHECK(r->db >= 0);
 	CHECK(secret_ok(r->password) && secret_ok(r->sentinel_password));
+	if (r->kind != URL_CLUSTER) {
+		CHECK(r->nseeds == 0 && r->password_file == NULL);
+	} else {
+		CHECK(in_range(r->nseeds, 1, URL_SEEDS_MAX) && r->db == 0);
+		for (int i = 0; i < r->nseeds; i++)
+			CHECK(in_range(r->seeds[i].port, 1, 65535) && r->seeds[i].host[0] != '\0');
+		/* the file, when named, was read: the only readable one holds SECRET */
+		if (r->password_file != NULL)
+			CHECK(r->password != NULL && strcmp(r->password, SECRET) == 0);
+	}
 	if (r->kind != URL_SENTINEL) {
 		CHECK(r->nsentinels == 0 && r->sentinel_password == NULL &&
 		      r->sentinel_password_file == NULL);

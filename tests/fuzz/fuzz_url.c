@@ -8,13 +8,15 @@
  * - the result is 0 or -1; on -1 there is a message of printable ASCII (it
  *   never quotes the URL, so no byte of it can show there unmasked, and the
  *   dictionary's password PW_MARK never does), a listen_addr_t is left
- *   zeroed and a redis_addr_t is left cleared (no password, no sentinel
- *   password file, no sentinels);
+ *   zeroed and a redis_addr_t is left cleared (no password, no password
+ *   files, no sentinels, no seeds);
  * - on success every field is in range (ports, db, NUL-terminated host and
  *   path, an absolute path; for sentinel:// 1..URL_SENTINELS_MAX sentinels
  *   with a host and a port each, a master name of allowed bytes, an absolute
- *   sentinel password file of at most 4096 bytes, nothing in the fields
- *   of the other kinds), and a listen address formatted with
+ *   sentinel password file of at most 4096 bytes; for cluster://
+ *   1..URL_SEEDS_MAX seeds with a host and a port each, db 0, an absolute
+ *   password file of at most 4096 bytes and then no password; nothing in
+ *   the fields of the other kinds), and a listen address formatted with
  *   url_format_listen parses back to the same address.
  * Any failed check aborts (libFuzzer reports it as a crash).
  */
@@ -91,19 +93,32 @@ static void check_listen(const char *url)
 		CHECK(strcmp(a.path, b.path) == 0);
 }
 
+/* n hosts of a list with room for max: each with a host and a port, the
+ * rest of the room zeroed. */
+static void check_hosts(const host_port_t *list, int n, int max)
+{
+	CHECK(n >= 1 && n <= max);
+	for (int i = 0; i < n; i++) {
+		CHECK(terminated(list[i].host, sizeof(list[i].host)));
+		CHECK(list[i].host[0] != '\0');
+		CHECK(list[i].port >= 1 && list[i].port <= 65535);
+	}
+	for (int i = n; i < max; i++)
+		CHECK(list[i].host[0] == '\0' && list[i].port == 0);
+}
+
+static void check_file(const char *file, const char *url)
+{
+	if (file != NULL)
+		CHECK(file[0] == '/' && strlen(file) <= 4096 && strlen(file) <= strlen(url));
+}
+
 static void check_sentinel(const redis_addr_t *a, const char *url)
 {
 	size_t n;
 
 	CHECK(a->host[0] == '\0' && a->port == 0 && a->path[0] == '\0');
-	CHECK(a->nsentinels >= 1 && a->nsentinels <= URL_SENTINELS_MAX);
-	for (int i = 0; i < a->nsentinels; i++) {
-		CHECK(terminated(a->sentinels[i].host, sizeof(a->sentinels[i].host)));
-		CHECK(a->sentinels[i].host[0] != '\0');
-		CHECK(a->sentinels[i].port >= 1 && a->sentinels[i].port <= 65535);
-	}
-	for (int i = a->nsentinels; i < URL_SENTINELS_MAX; i++)
-		CHECK(a->sentinels[i].host[0] == '\0' && a->sentinels[i].port == 0);
+	check_hosts(a->sentinels, a->nsentinels, URL_SENTINELS_MAX);
 	CHECK(terminated(a->master_name, sizeof(a->master_name)));
 	n = strlen(a->master_name);
 	CHECK(n >= 1 && n <= URL_MASTER_NAME_MAX);
@@ -111,10 +126,15 @@ static void check_sentinel(const redis_addr_t *a, const char *url)
 		char c = a->master_name[i];
 		CHECK(c > 0x20 && c < 0x7f && strchr("/?&#%", c) == NULL);
 	}
-	if (a->sentinel_password_file != NULL) {
-		n = strlen(a->sentinel_password_file);
-		CHECK(a->sentinel_password_file[0] == '/' && n <= 4096 && n <= strlen(url));
-	}
+	check_file(a->sentinel_password_file, url);
+}
+
+static void check_cluster(const redis_addr_t *a, const char *url)
+{
+	CHECK(a->host[0] == '\0' && a->port == 0 && a->path[0] == '\0' && a->db == 0);
+	check_hosts(a->seeds, a->nseeds, URL_SEEDS_MAX);
+	check_file(a->password_file, url);
+	CHECK(a->password_file == NULL || a->password == NULL);
 }
 
 static void check_redis(const char *url)
@@ -130,11 +150,13 @@ static void check_redis(const char *url)
 	if (rc != 0) {
 		check_message(err, sizeof(err));
 		CHECK(a.password == NULL && a.sentinel_password_file == NULL &&
-		      a.sentinel_password == NULL && a.nsentinels == 0);
+		      a.sentinel_password == NULL && a.nsentinels == 0 &&
+		      a.password_file == NULL && a.nseeds == 0);
 		redis_addr_clear(&a);
 		return;
 	}
-	CHECK(a.kind == URL_TCP || a.kind == URL_UNIX || a.kind == URL_SENTINEL);
+	CHECK(a.kind == URL_TCP || a.kind == URL_UNIX || a.kind == URL_SENTINEL ||
+	      a.kind == URL_CLUSTER);
 	CHECK(a.sentinel_password == NULL); /* config's business */
 	if (a.kind == URL_TCP) {
 		CHECK(terminated(a.host, sizeof(a.host)));
@@ -142,12 +164,16 @@ static void check_redis(const char *url)
 	} else if (a.kind == URL_UNIX) {
 		CHECK(terminated(a.path, sizeof(a.path)));
 		CHECK(a.path[0] == '/');
-	} else {
+	} else if (a.kind == URL_SENTINEL) {
 		check_sentinel(&a, url);
+	} else {
+		check_cluster(&a, url);
 	}
 	if (a.kind != URL_SENTINEL)
 		CHECK(a.nsentinels == 0 && a.master_name[0] == '\0' &&
 		      a.sentinel_password_file == NULL);
+	if (a.kind != URL_CLUSTER)
+		CHECK(a.nseeds == 0 && a.password_file == NULL);
 	CHECK(a.db >= 0);
 	if (a.password != NULL)
 		CHECK(strlen(a.password) <= strlen(url));

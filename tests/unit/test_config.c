@@ -2,9 +2,9 @@
  * test_config.c - defaults, flags in both forms, the JSON config file and
  * its override by flags, listen list replacement, strict numbers, secret
  * files and the Redis password precedence, the Sentinel URL and its
- * password, the replication wait flags, what a reload must restart for,
- * and that no message leaks a secret. Every test works in its own mkdtemp
- * directory, removed in .fini.
+ * password, the Cluster URL and its password file, the replication wait
+ * flags, what a reload must restart for, and that no message leaks a
+ * secret. Every test works in its own mkdtemp directory, removed in .fini.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -509,7 +509,8 @@ Test(config, help_lists_every_flag)
 		"--prefix STR", "--default-ttl-ms N", "--auth-file FILE", "--socket-mode OCTAL",
 		"--pool N", "--max-line N", "--log-level LEVEL", "--shutdown-grace-ms N",
 		"--max-connections N", "--max-leases-per-session N", "--max-inflight N",
-		"--redis-wait-replicas N", "--redis-wait-ms T", "sentinel://",
+		"--redis-wait-replicas N", "--redis-wait-ms T", "sentinel://", "cluster://",
+		"?password_file=FILE",
 		"--version", "--help", "LOCKBROKER_REDIS_PASSWORD", "LOCKBROKER_SENTINEL_PASSWORD",
 	};
 	static char out[16384];
@@ -718,15 +719,19 @@ Test(config, null_error_buffer_is_fine)
 	cr_expect_eq(config_load(&C, 1, argv, NULL, 0), CONFIG_OK);
 }
 
+static void expect_host(const host_port_t *hp, const char *host, int port)
+{
+	cr_expect_str_eq(hp->host, host);
+	cr_expect_eq(hp->port, port, "%s", host);
+}
+
 Test(config, sentinel_url)
 {
 	cr_assert_eq(LOAD("--redis", "sentinel://s1,[::1]:26380/mymaster?db=2"), CONFIG_OK, "%s", err);
 	cr_expect_eq(C.redis.kind, URL_SENTINEL);
 	cr_assert_eq(C.redis.nsentinels, 2);
-	cr_expect_str_eq(C.redis.sentinels[0].host, "s1");
-	cr_expect_eq(C.redis.sentinels[0].port, 26379);
-	cr_expect_str_eq(C.redis.sentinels[1].host, "::1");
-	cr_expect_eq(C.redis.sentinels[1].port, 26380);
+	expect_host(&C.redis.sentinels[0], "s1", 26379);
+	expect_host(&C.redis.sentinels[1], "::1", 26380);
 	cr_expect_str_eq(C.redis.master_name, "mymaster");
 	cr_expect_eq(C.redis.db, 2);
 	cr_expect_null(C.redis.password);
@@ -801,32 +806,59 @@ Test(config, sentinel_password_env_too_long)
 	cr_expect_null(strstr(err, "hunter2"), "%s", err);
 }
 
-/* The sentinel password file is read like the other secret files. */
-Test(config, sentinel_password_file_errors)
+/*
+ * A password file named in the URL (before + the file's name) is read like
+ * the other secret files; the message names it as what says. The variable
+ * env is set: it is never a fallback for a bad file.
+ */
+static void expect_url_file_errors(const char *before, const char *what, const char *env)
 {
 	char url[512], big[4098];
 
-	setenv("LOCKBROKER_SENTINEL_PASSWORD", "from-env", 1); /* never a fallback for a bad file */
-	expect_error(LOAD("--redis", "sentinel://s/m?sentinel_password_file=/nonexistent/spw"), "/nonexistent/spw");
-	cr_expect_not_null(strstr(err, "sentinel password file"), "%s", err);
+	setenv(env, "from-env", 1);
+	snprintf(url, sizeof(url), "%s/nonexistent/pw", before);
+	expect_error(LOAD("--redis", url), "/nonexistent/pw");
+	cr_expect_not_null(strstr(err, what), "%s", err);
 
-	snprintf(url, sizeof(url), "sentinel://s/m?sentinel_password_file=%s", write_str("e", "\n"));
+	snprintf(url, sizeof(url), "%s%s", before, write_str("e", "\n"));
 	expect_error(LOAD("--redis", url), "empty");
 
-	snprintf(url, sizeof(url), "sentinel://s/m?sentinel_password_file=%s", write_file("nul", "hunter2\0x", 9));
+	snprintf(url, sizeof(url), "%s%s", before, write_file("nul", "hunter2\0x", 9));
 	expect_error(LOAD("--redis", url), "NUL");
 	cr_expect_null(strstr(err, "hunter2"), "%s", err);
 
 	memset(big, 'h', sizeof(big));
 	memcpy(big, "hunter2", 7);
-	snprintf(url, sizeof(url), "sentinel://s/m?sentinel_password_file=%s", write_file("big", big, 4097));
+	snprintf(url, sizeof(url), "%s%s", before, write_file("big", big, 4097));
 	expect_error(LOAD("--redis", url), "4096");
 	cr_expect_null(strstr(err, "hunter2"), "%s", err);
 
-	snprintf(url, sizeof(url), "sentinel://s/m?sentinel_password_file=%s", dir);
+	snprintf(url, sizeof(url), "%s%s", before, dir);
 	expect_error(LOAD("--redis", url), dir);
 
-	expect_error(LOAD("--redis", "sentinel://s/m?sentinel_password_file=spw"), "absolute");
+	snprintf(url, sizeof(url), "%spw", before);
+	expect_error(LOAD("--redis", url), "absolute");
+}
+
+/* Each of n bad Redis URLs, given as a flag and in a config file, is
+ * refused without showing the password hunter2. */
+static void expect_errors_hide_password(const char *const *bad, size_t n)
+{
+	char json[256];
+
+	for (size_t i = 0; i < n; i++) {
+		expect_error(LOAD("--redis", bad[i]), "--redis");
+		cr_expect_null(strstr(err, "hunter2"), "%s", err);
+		snprintf(json, sizeof(json), "{\"redis\": \"%s\"}", bad[i]);
+		expect_error(LOAD("--config", write_str("r.json", json)), "\"redis\"");
+		cr_expect_null(strstr(err, "hunter2"), "%s", err);
+	}
+}
+
+Test(config, sentinel_password_file_errors)
+{
+	expect_url_file_errors("sentinel://s/m?sentinel_password_file=", "sentinel password file",
+			       "LOCKBROKER_SENTINEL_PASSWORD");
 }
 
 Test(config, sentinel_errors_never_show_the_password)
@@ -840,15 +872,8 @@ Test(config, sentinel_errors_never_show_the_password)
 		"sentinel://alice:hunter2@s/m",
 		"sentinel://s/hunter2?x=1",
 	};
-	char json[256];
 
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		expect_error(LOAD("--redis", bad[i]), "--redis");
-		cr_expect_null(strstr(err, "hunter2"), "%s", err);
-		snprintf(json, sizeof(json), "{\"redis\": \"%s\"}", bad[i]);
-		expect_error(LOAD("--config", write_str("r.json", json)), "\"redis\"");
-		cr_expect_null(strstr(err, "hunter2"), "%s", err);
-	}
+	expect_errors_hide_password(bad, sizeof(bad) / sizeof(bad[0]));
 }
 
 Test(config, redis_wait_flags)
@@ -980,4 +1005,168 @@ Test(config, reload_sentinel_password_change_needs_restart)
 	cr_assert_eq(load_into(&F, ARGS("--redis", "sentinel://s/m")), CONFIG_OK, "%s", err);
 	config_apply_reload(&C, &F, restart, sizeof(restart));
 	cr_expect_str_eq(restart, "redis", "the variable changed");
+}
+
+Test(config, cluster_url)
+{
+	cr_assert_eq(LOAD("--redis", "cluster://n1,[::1]:7001,10.0.0.3:7002"), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.redis.kind, URL_CLUSTER);
+	cr_assert_eq(C.redis.nseeds, 3);
+	expect_host(&C.redis.seeds[0], "n1", 6379);
+	expect_host(&C.redis.seeds[1], "::1", 7001);
+	expect_host(&C.redis.seeds[2], "10.0.0.3", 7002);
+	cr_expect_eq(C.redis.db, 0);
+	cr_expect_null(C.redis.password);
+	cr_expect_null(C.redis.password_file);
+	cr_expect_null(C.redis.sentinel_password);
+
+	cr_assert_eq(LOAD("--config", write_str("c.json", "{\"redis\": \"cluster://:pw@n:7000\"}")), CONFIG_OK,
+		     "%s", err);
+	cr_expect_eq(C.redis.kind, URL_CLUSTER);
+	cr_expect_str_eq(C.redis.password, "pw");
+	cr_expect_eq(C.redis.seeds[0].port, 7000);
+}
+
+Test(config, cluster_password_from_file)
+{
+	const char *cf = write_str("cpw", "cluster-secret\r\n");
+	char url[512];
+
+	snprintf(url, sizeof(url), "cluster://n1,n2:7001?password_file=%s", cf);
+	cr_assert_eq(LOAD("--redis", url), CONFIG_OK, "%s", err);
+	cr_assert_not_null(C.redis.password);
+	cr_expect_str_eq(C.redis.password, "cluster-secret", "one trailing \\r\\n dropped");
+	cr_expect_str_eq(C.redis.password_file, cf);
+	cr_expect_eq(C.redis.nseeds, 2);
+
+	snprintf(url, sizeof(url), "{\"redis\": \"cluster://n?password_file=%s\"}", cf);
+	cr_assert_eq(LOAD("--config", write_str("c.json", url)), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.password, "cluster-secret");
+}
+
+Test(config, cluster_password_precedence)
+{
+	const char *pwfile = write_str("pw", "from-flag-file\n");
+	const char *cf = write_str("cpw", "from-url-file\n");
+	char url[512];
+
+	setenv("LOCKBROKER_REDIS_PASSWORD", "from-env", 1);
+	setenv("LOCKBROKER_SENTINEL_PASSWORD", "sentinel-env", 1);
+	cr_assert_eq(LOAD("--redis", "cluster://:from-url@n", "--redis-password-file", pwfile), CONFIG_OK,
+		     "%s", err);
+	cr_expect_str_eq(C.redis.password, "from-url");
+	cr_expect_null(C.redis.sentinel_password, "only a sentinel:// URL takes it");
+
+	snprintf(url, sizeof(url), "cluster://n?password_file=%s", cf);
+	cr_assert_eq(LOAD("--redis", url, "--redis-password-file", pwfile), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.password, "from-url-file", "the URL's file wins over the flag's");
+	cr_assert_eq(LOAD("--redis-password-file", pwfile, "--redis", url), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.password, "from-url-file", "whatever the order");
+	cr_assert_eq(LOAD("--redis", url), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.password, "from-url-file", "and over the variable");
+
+	cr_assert_eq(LOAD("--redis", "cluster://n", "--redis-password-file", pwfile), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.password, "from-flag-file");
+	cr_assert_eq(LOAD("--redis", "cluster://n"), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redis.password, "from-env");
+	unsetenv("LOCKBROKER_REDIS_PASSWORD");
+	cr_assert_eq(LOAD("--redis", "cluster://n"), CONFIG_OK, "%s", err);
+	cr_expect_null(C.redis.password);
+}
+
+Test(config, cluster_password_file_errors)
+{
+	expect_url_file_errors("cluster://n?password_file=", "cluster URL password_file",
+			       "LOCKBROKER_REDIS_PASSWORD");
+	expect_error(LOAD("--redis", "cluster://n?password_file=/a&password_file=/b"), "given twice");
+}
+
+Test(config, cluster_password_and_password_file_refused)
+{
+	const char *cf = write_str("cpw", "from-file\n");
+	char url[512], json[640];
+
+	snprintf(url, sizeof(url), "cluster://:hunter2@n?password_file=%s", cf);
+	expect_error(LOAD("--redis", url), "--redis");
+	cr_expect_not_null(strstr(err, "both a password and password_file"), "%s", err);
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+
+	snprintf(json, sizeof(json), "{\"redis\": \"%s\"}", url);
+	expect_error(LOAD("--config", write_str("r.json", json)), "\"redis\"");
+	cr_expect_not_null(strstr(err, "both a password and password_file"), "%s", err);
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+}
+
+Test(config, cluster_errors_never_show_the_password)
+{
+	static const char *const bad[] = {
+		"cluster://:hunter2@n:0",
+		"cluster://:hunter2@n,,m",
+		"cluster://:hunter2@",
+		"cluster://:hunter2@n/0",
+		"cluster://:hunter2@n?db=0",
+		"cluster://:hunter2@n?hunter2=1",
+		"cluster://:hunter2@n#hunter2",
+		"cluster://alice:hunter2@n",
+		"cluster://:hunter2@n?password_file=/p",
+	};
+
+	expect_errors_hide_password(bad, sizeof(bad) / sizeof(bad[0]));
+}
+
+Test(config, cluster_rejects_db)
+{
+	expect_error(LOAD("--redis", "cluster://n/1"), "Redis Cluster has only db 0");
+	expect_error(LOAD("--redis", "cluster://n?db=1"), "Redis Cluster has only db 0");
+}
+
+/* WAIT works per master: a cluster may ask for replica acks too. */
+Test(config, cluster_with_wait_replicas)
+{
+	cr_assert_eq(LOAD("--redis", "cluster://n1,n2", "--redis-wait-replicas", "1", "--redis-wait-ms", "100"),
+		     CONFIG_OK, "%s", err);
+	cr_expect_eq(C.redis.kind, URL_CLUSTER);
+	cr_expect_eq(C.redis_wait_replicas, 1);
+	cr_expect_eq(C.redis_wait_ms, 100);
+}
+
+Test(config, reload_cluster_same_needs_no_restart)
+{
+	const char *a = write_str("a", "one\n"), *c = write_str("c", "one");
+	char ua[512], uc[512], restart[256];
+
+	reload(ARGS("--redis", "cluster://:pw@n1,n2:7001"), ARGS("--redis", "cluster://:pw@n1,n2:7001"),
+	       restart, sizeof(restart));
+	cr_expect_str_eq(restart, "");
+
+	snprintf(ua, sizeof(ua), "cluster://n1?password_file=%s", a);
+	snprintf(uc, sizeof(uc), "cluster://n1?password_file=%s", c);
+	reload(ARGS("--redis", ua), ARGS("--redis", uc), restart, sizeof(restart));
+	cr_expect_str_eq(restart, "", "another file, the same content");
+}
+
+Test(config, reload_cluster_changes_need_restart)
+{
+	static const char *const base = "cluster://:pw@n1,n2:7001";
+	static const char *const changed[] = {
+		"redis://:pw@n1:6379",                       /* kind */
+		"sentinel://:pw@n1,n2:7001/m",               /* kind */
+		"cluster://:pw@n1",                          /* fewer seeds */
+		"cluster://:pw@n1,n2:7001,n3",               /* more seeds */
+		"cluster://:pw@n2:7001,n1",                  /* order */
+		"cluster://:pw@n1,n3:7001",                  /* host */
+		"cluster://:pw@n1,n2:7002",                  /* port */
+		"cluster://:pw2@n1,n2:7001",                 /* password */
+		"cluster://n1,n2:7001",                      /* password gone */
+	};
+	const char *b = write_str("b", "two\n");
+	char ub[512], restart[256];
+
+	for (size_t i = 0; i < sizeof(changed) / sizeof(changed[0]); i++) {
+		reload(ARGS("--redis", base), ARGS("--redis", changed[i]), restart, sizeof(restart));
+		cr_expect_str_eq(restart, "redis", "%s", changed[i]);
+	}
+	snprintf(ub, sizeof(ub), "cluster://n1,n2:7001?password_file=%s", b);
+	reload(ARGS("--redis", base), ARGS("--redis", ub), restart, sizeof(restart));
+	cr_expect_str_eq(restart, "redis", "the file's content differs");
 }

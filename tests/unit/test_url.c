@@ -403,11 +403,74 @@ Test(url, redis_clear_is_idempotent)
 	cr_expect_null(a.password);
 }
 
-static void expect_sentinel(int i, const char *host, int port)
+/* Element i of a host list of n: host and port. */
+static void expect_host(const host_port_t *list, int n, int i, const char *host, int port)
 {
-	cr_assert_lt(i, R.nsentinels, "sentinel %d missing", i);
-	cr_expect_str_eq(R.sentinels[i].host, host, "sentinel %d", i);
-	cr_expect_eq(R.sentinels[i].port, port, "sentinel %d", i);
+	cr_assert_lt(i, n, "host %d missing", i);
+	cr_expect_str_eq(list[i].host, host, "host %d", i);
+	cr_expect_eq(list[i].port, port, "host %d", i);
+}
+
+#define expect_sentinel(i, host, port) expect_host(R.sentinels, R.nsentinels, i, host, port)
+#define expect_seed(i, host, port) expect_host(R.seeds, R.nseeds, i, host, port)
+
+/* prefix + max hosts "h0:1000,h1:1001,..." + suffix is accepted into list
+ * (*n of them, both fields of R), one host more is refused with a message
+ * that says what is too many. */
+static void expect_list_limit(const char *prefix, const char *suffix, int max, const char *too_many,
+			      const int *n, const host_port_t *list)
+{
+	char url[1024], last[16];
+	size_t k = (size_t)snprintf(url, sizeof(url), "%s", prefix);
+
+	for (int i = 0; i < max; i++)
+		k += (size_t)snprintf(url + k, sizeof(url) - k, "%sh%d:%d", i ? "," : "", i, 1000 + i);
+	snprintf(url + k, sizeof(url) - k, "%s", suffix);
+	cr_assert_eq(redis_parse(url), 0, "%s", err);
+	cr_expect_eq(*n, max);
+	snprintf(last, sizeof(last), "h%d", max - 1);
+	expect_host(list, *n, max - 1, last, 1000 + max - 1);
+
+	snprintf(url + k, sizeof(url) - k, ",h%d%s", max, suffix); /* one more */
+	expect_redis_bad(url);
+	cr_expect_not_null(strstr(err, too_many), "%s", err);
+	cr_expect_eq(*n, 0, "cleared after the failure");
+}
+
+/* before + an absolute path of 4096 bytes is accepted into *file (a field
+ * of R), one of 4097 is refused. */
+static void expect_file_path_limit(const char *before, char *const *file)
+{
+	static char url[5000], path[4098];
+
+	memset(path, 'p', sizeof(path));
+	path[0] = '/';
+	path[4096] = '\0';
+	snprintf(url, sizeof(url), "%s%s", before, path);
+	cr_assert_eq(redis_parse(url), 0, "%s", err);
+	cr_assert_not_null(*file);
+	cr_expect_eq(strlen(*file), 4096);
+	path[4096] = 'p';
+	path[4097] = '\0';
+	snprintf(url, sizeof(url), "%s%s", before, path);
+	expect_redis_bad(url);
+	cr_expect_not_null(strstr(err, "4096"), "%s", err);
+	cr_expect_null(*file);
+}
+
+/* Each of n bad URLs with the part of the message that says why; nothing
+ * of the URL is kept after the failure. */
+static void expect_rejects(const char *const (*bad)[2], size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		expect_redis_bad(bad[i][0]);
+		cr_expect_not_null(strstr(err, bad[i][1]), "message for '%s' lacks '%s': %s",
+				   bad[i][0], bad[i][1], err);
+		cr_expect_null(R.sentinel_password_file, "file kept after failure of '%s'", bad[i][0]);
+		cr_expect_null(R.password_file, "file kept after failure of '%s'", bad[i][0]);
+		cr_expect_eq(R.nsentinels, 0, "sentinels kept after failure of '%s'", bad[i][0]);
+		cr_expect_eq(R.nseeds, 0, "seeds kept after failure of '%s'", bad[i][0]);
+	}
 }
 
 Test(url, sentinel_one, .fini = fini_redis)
@@ -438,23 +501,12 @@ Test(url, sentinel_several_in_order_default_port, .fini = fini_redis)
 	cr_expect_str_eq(R.master_name, "m");
 }
 
-Test(url, sentinel_max_count, .fini = fini_redis)
+Test(url, host_list_max_count, .fini = fini_redis)
 {
-	char url[1024];
-	size_t n = 0;
-
-	n += (size_t)snprintf(url + n, sizeof(url) - n, "sentinel://");
-	for (int i = 0; i < URL_SENTINELS_MAX; i++)
-		n += (size_t)snprintf(url + n, sizeof(url) - n, "%sh%d:%d", i ? "," : "", i, 1000 + i);
-	snprintf(url + n, sizeof(url) - n, "/m");
-	cr_assert_eq(redis_parse(url), 0, "%s", err);
-	cr_expect_eq(R.nsentinels, URL_SENTINELS_MAX);
-	expect_sentinel(URL_SENTINELS_MAX - 1, "h15", 1015);
-
-	snprintf(url + n, sizeof(url) - n, ",h16/m"); /* one more */
-	expect_redis_bad(url);
-	cr_expect_not_null(strstr(err, "more than 16"), "%s", err);
-	cr_expect_eq(R.nsentinels, 0, "cleared after the failure");
+	expect_list_limit("sentinel://", "/m", URL_SENTINELS_MAX, "more than 16 sentinel addresses",
+			  &R.nsentinels, R.sentinels);
+	expect_list_limit("cluster://:hunter2@", "", URL_SEEDS_MAX, "more than 16 seed node addresses",
+			  &R.nseeds, R.seeds);
 }
 
 Test(url, sentinel_password_db_and_file, .fini = fini_redis)
@@ -516,22 +568,10 @@ Test(url, sentinel_scheme_case_insensitive, .fini = fini_redis)
 	expect_sentinel(0, "s", 1);
 }
 
-Test(url, sentinel_file_path_length, .fini = fini_redis)
+Test(url, password_file_path_length, .fini = fini_redis)
 {
-	static char url[5000], path[4098];
-
-	memset(path, 'p', sizeof(path));
-	path[0] = '/';
-	path[4096] = '\0';
-	snprintf(url, sizeof(url), "sentinel://:hunter2@s/m?sentinel_password_file=%s", path);
-	cr_assert_eq(redis_parse(url), 0, "%s", err);
-	cr_expect_eq(strlen(R.sentinel_password_file), 4096);
-	path[4096] = 'p';
-	path[4097] = '\0';
-	snprintf(url, sizeof(url), "sentinel://:hunter2@s/m?sentinel_password_file=%s", path);
-	expect_redis_bad(url);
-	cr_expect_not_null(strstr(err, "4096"), "%s", err);
-	cr_expect_null(R.sentinel_password_file);
+	expect_file_path_limit("sentinel://:hunter2@s/m?sentinel_password_file=", &R.sentinel_password_file);
+	expect_file_path_limit("cluster://n?password_file=", &R.password_file);
 }
 
 /* Each bad URL with the part of the message that says why. */
@@ -595,13 +635,7 @@ Test(url, sentinel_rejects, .fini = fini_redis)
 		{"sentinel:/s/m", "unsupported"},
 	};
 
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		expect_redis_bad(bad[i][0]);
-		cr_expect_not_null(strstr(err, bad[i][1]), "message for '%s' lacks '%s': %s",
-				   bad[i][0], bad[i][1], err);
-		cr_expect_null(R.sentinel_password_file, "file kept after failure of '%s'", bad[i][0]);
-		cr_expect_eq(R.nsentinels, 0, "sentinels kept after failure of '%s'", bad[i][0]);
-	}
+	expect_rejects(bad, sizeof(bad) / sizeof(bad[0]));
 }
 
 Test(url, sentinel_failure_after_allocations_frees_them)
@@ -634,5 +668,184 @@ Test(url, sentinel_clear_frees_everything)
 	cr_expect_null(a.sentinel_password);
 	cr_expect_null(a.sentinel_password_file);
 	cr_expect_eq(a.nsentinels, 0);
+	redis_addr_clear(&a);
+}
+
+Test(url, cluster_one, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("cluster://10.0.0.1:7000"), 0, "%s", err);
+	cr_expect_eq(R.kind, URL_CLUSTER);
+	cr_expect_eq(R.nseeds, 1);
+	expect_seed(0, "10.0.0.1", 7000);
+	cr_expect_eq(R.db, 0);
+	cr_expect_null(R.password);
+	cr_expect_null(R.password_file);
+	cr_expect_eq(R.host[0], '\0', "the masters come from the slot map, not the URL");
+	cr_expect_eq(R.port, 0);
+	cr_expect_eq(R.nsentinels, 0);
+	cr_expect_eq(R.master_name[0], '\0');
+	cr_expect_null(R.sentinel_password_file);
+
+	cr_assert_eq(redis_parse("cluster://node-1.example"), 0, "%s", err);
+	expect_seed(0, "node-1.example", 6379);
+	cr_expect_eq(URL_REDIS_DEFAULT_PORT, 6379);
+
+	cr_assert_eq(redis_parse("CLUSTER://n"), 0, "%s", err);
+	cr_expect_eq(R.kind, URL_CLUSTER, "the scheme matches case-insensitively");
+	cr_assert_eq(redis_parse("Cluster://n:1"), 0, "%s", err);
+	expect_seed(0, "n", 1);
+}
+
+Test(url, cluster_several_in_order_default_port, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("cluster://n1.example:7000,n2,10.0.0.3:7002,[::1],[2001:db8::7]:1,n1.example:7000"),
+		     0, "%s", err);
+	cr_expect_eq(R.nseeds, 6);
+	expect_seed(0, "n1.example", 7000);
+	expect_seed(1, "n2", URL_REDIS_DEFAULT_PORT);
+	expect_seed(2, "10.0.0.3", 7002);
+	expect_seed(3, "::1", 6379);
+	expect_seed(4, "2001:db8::7", 1);
+	expect_seed(5, "n1.example", 7000); /* kept as written, even twice */
+}
+
+Test(url, cluster_password_and_file, .fini = fini_redis)
+{
+	cr_assert_eq(redis_parse("cluster://:s%40cret@n1,n2:7001"), 0, "%s", err);
+	cr_assert_not_null(R.password);
+	cr_expect_str_eq(R.password, "s@cret", "percent-decoded like redis://");
+	cr_expect_eq(R.nseeds, 2);
+	cr_expect_null(R.password_file);
+
+	cr_assert_eq(redis_parse("cluster://default:pw@n"), 0, "%s", err);
+	cr_expect_str_eq(R.password, "pw", "user 'default' is what AUTH PASSWORD means");
+
+	cr_assert_eq(redis_parse("cluster://:a@b@n:7000"), 0, "%s", err);
+	cr_expect_str_eq(R.password, "a@b", "a raw '@' is tolerated: the authority's last one ends the userinfo");
+	expect_seed(0, "n", 7000);
+
+	cr_assert_eq(redis_parse("cluster://:a%2Fb%3Fc%23d@n"), 0, "%s", err);
+	cr_expect_str_eq(R.password, "a/b?c#d", "'/', '?' and '#' percent-encoded");
+
+	cr_assert_eq(redis_parse("cluster://n1,[::1]:7001?password_file=/etc/lb/cluster.pw"), 0, "%s", err);
+	cr_expect_null(R.password, "read by config, not by the parser");
+	cr_assert_not_null(R.password_file);
+	cr_expect_str_eq(R.password_file, "/etc/lb/cluster.pw");
+	expect_seed(1, "::1", 7001);
+
+	cr_assert_eq(redis_parse("cluster://n?password_file=/run/a@b c/%41"), 0, "%s", err);
+	cr_expect_str_eq(R.password_file, "/run/a@b c/%41", "taken as is, not decoded; '@' after the authority");
+	expect_seed(0, "n", 6379);
+
+	cr_assert_eq(redis_parse("cluster://:@n?password_file=/p"), 0, "%s", err);
+	cr_expect_null(R.password, "an empty password means none, so the file may give it");
+	cr_expect_str_eq(R.password_file, "/p");
+	cr_assert_eq(redis_parse("cluster://@n"), 0, "%s", err);
+	cr_expect_null(R.password);
+}
+
+/* Each bad URL with the part of the message that says why. */
+Test(url, cluster_rejects, .fini = fini_redis)
+{
+	static const char *const bad[][2] = {
+		{"cluster://", "no seed node address"},
+		{"cluster://:hunter2@", "no seed node address"},
+		{"cluster:///", "no seed node address"},
+		{"cluster://?password_file=/p", "no seed node address"},
+		{"cluster://#x", "no seed node address"},
+		{"cluster://n1,,n2", "seed node address 2 is empty"},
+		{"cluster://,n", "seed node address 1 is empty"},
+		{"cluster://n,", "seed node address 2 is empty"},
+		{"cluster://n,?password_file=/p", "seed node address 2 is empty"},
+		{"cluster://:hunter2@n1,:7000", "seed node address 2: host missing"},
+		{"cluster://n:0", "invalid port"},
+		{"cluster://n:65536", "invalid port"},
+		{"cluster://n:", "invalid port"},
+		{"cluster://n:x", "invalid port"},
+		{"cluster://n1,n2:-1", "seed node address 2: invalid port"},
+		{"cluster://:hunter2@n:99999", "invalid port"},
+		{"cluster://::1", "brackets"},
+		{"cluster://[::1", "closing"},
+		{"cluster://[nope]", "IPv6"},
+		{"cluster://n n", "invalid character in host"},
+		{"cluster://n;m", "invalid character in host"},
+		{"cluster://n/", "cluster URL takes no path or db: Redis Cluster has only db 0"},
+		{"cluster://n/0", "no path or db"},
+		{"cluster://:hunter2@n:7000/1", "no path or db"},
+		{"cluster://n/mymaster", "no path or db"},
+		{"cluster://n/?password_file=/p", "no path or db"},
+		{"cluster://n?db=0", "cluster URL takes no path or db: Redis Cluster has only db 0"},
+		{"cluster://n?db", "no path or db"},
+		{"cluster://:hunter2@n?password_file=/p&db=1", "no path or db"},
+		{"cluster://n?", "empty query parameter"},
+		{"cluster://n?password_file=/p&", "empty query parameter"},
+		{"cluster://n?&password_file=/p", "empty query parameter"},
+		{"cluster://n?password_file=", "password_file has no value"},
+		{"cluster://n?password_file", "password_file has no value"},
+		{"cluster://n?password_file=rel/pw", "password_file must be an absolute path"},
+		{"cluster://n?password_file=/a&password_file=/a", "password_file given twice"},
+		{"cluster://n?password=hunter2", "unknown query parameter"},
+		{"cluster://n?sentinel_password_file=/p", "unknown query parameter"},
+		{"cluster://n?PASSWORD_FILE=/p", "unknown query parameter"},
+		{"cluster://n?password_file=/p&x=hunter2", "unknown query parameter"},
+		{"cluster://n#x", "no fragment"},
+		{"cluster://:hunter2@n:7000#x", "no fragment"},
+		{"cluster://n?password_file=/p#x", "no fragment"},
+		{"cluster://:hunter2@n?password_file=/p", "both a password and password_file"},
+		{"cluster://default:hunter2@n?password_file=/p", "both a password and password_file"},
+		{"cluster://alice:hunter2@n", "ACL user"},
+		{"cluster://hunter2@n", "userinfo"},
+		{"cluster://:hunter2%zz@n", "percent-encoding"},
+		{"cluster://:hunter2%00@n", "percent-encoding"},
+		{"cluster://:hunter2/x@n", "host missing"}, /* a raw '/' ends the authority: encode it */
+		{"cluster://:hunter2?x@n", "host missing"}, /* so does a raw '?' */
+		{"cluster://:hunter2#x@n", "host missing"}, /* and a raw '#' */
+		{"clusters://n", "unsupported"},
+		{"cluster:/n", "unsupported"},
+	};
+
+	expect_rejects(bad, sizeof(bad) / sizeof(bad[0]));
+}
+
+Test(url, unsupported_scheme_names_every_form, .fini = fini_redis)
+{
+	expect_redis_bad("http://h");
+	cr_expect_not_null(strstr(err, "sentinel://"), "%s", err);
+	cr_expect_not_null(strstr(err, "cluster://"), "%s", err);
+	cr_expect_eq(err[strlen(err) - 1], ')', "not cut off: %s", err);
+}
+
+Test(url, cluster_failure_after_allocations_frees_them)
+{
+	static const char *const urls[] = {
+		"cluster://:hunter2@n?password_file=/p", /* both allocated, then refused */
+		"cluster://:hunter2@n?password_file=/p&db=0",
+		"cluster://:hunter2@n?password_file=/p&password_file=/q",
+	};
+	redis_addr_t a;
+
+	for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
+		memset(&a, 0x5a, sizeof(a));
+		cr_assert_eq(url_parse_redis(urls[i], &a, err, sizeof(err)), -1, "%s", urls[i]);
+		cr_expect_null(a.password);
+		cr_expect_null(a.password_file);
+		cr_expect_eq(a.nseeds, 0);
+		cr_expect_eq(a.seeds[0].host[0], '\0');
+		cr_expect_null(strstr(err, "hunter2"), "%s", err);
+		redis_addr_clear(&a);
+	}
+}
+
+Test(url, cluster_clear_frees_everything)
+{
+	redis_addr_t a;
+
+	cr_assert_eq(url_parse_redis("cluster://n1,n2?password_file=/p", &a, err, sizeof(err)), 0, "%s", err);
+	a.password = strdup("pw"); /* as config would set it from the file */
+	cr_assert_not_null(a.password);
+	redis_addr_clear(&a); /* ASan reports a leak otherwise */
+	cr_expect_null(a.password);
+	cr_expect_null(a.password_file);
+	cr_expect_eq(a.nseeds, 0);
 	redis_addr_clear(&a);
 }
