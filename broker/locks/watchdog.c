@@ -31,7 +31,8 @@ struct renewal {
 #define VERIFY_RESEND_MS 2000
 #define VERIFY_DEADLINE_MS 4500
 
-/* The pass of watchdog_verify_all under way: a newer one supersedes it. */
+/* The pass of watchdog_verify_all under way: a newer one supersedes it and
+ * inherits its failover rules and done. */
 static struct {
 	unsigned pass;
 	size_t left; /* answers still to come */
@@ -238,6 +239,17 @@ static void on_verify_deadline(timer_ent_t *t)
 void watchdog_verify_all(bool failover, void (*done)(void))
 {
 	size_t n = 0;
+	bool open = V.left > 0;
+
+	/* A pass still under way is superseded, not dropped: this one asks
+	 * about every lease again, so it takes over the other's failover
+	 * rules and its done (a store closed for the other's check stays
+	 * closed until this one ends). Redis Cluster: one master's failover
+	 * and another's lost data may overlap. */
+	if (open && V.failover)
+		failover = true;
+	if (open && V.done && !done)
+		done = V.done;
 
 	if (!V.timer_ready) {
 		timer_init(&V.deadline, on_verify_deadline);

@@ -31,8 +31,10 @@ void watchdog_schedule(struct lease *l, uint64_t sent_at);
  * once, pipelined (lua/verify.lua, which changes nothing); a lease it no
  * longer holds is reported lost ("gone") and dropped, and counted as lost
  * to a failover when failover is set. done (NULL: none) runs once every
- * answer of this pass is in (at once when there is no lease; never when a
- * newer pass started first). */
+ * answer of this pass is in (at once when there is no lease). A pass
+ * started while one is under way supersedes it: the newer one is a
+ * failover pass if either is, and runs the older one's done when it has
+ * none of its own. */
 void watchdog_verify_all(bool failover, void (*done)(void));
 /* The timer callbacks of a lease's entries. */
 void watchdog_on_tick(timer_ent_t *t);
