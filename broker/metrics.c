@@ -75,6 +75,52 @@ static void put_histogram(text_t *t, const char *name, const char *help, const h
 	put(t, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
 }
 
+/* A label value: '"' and '\\' escaped, a newline dropped. */
+static void label_value(char *out, size_t len, const char *s)
+{
+	size_t n = 0;
+
+	for (; *s && n + 3 < len; s++) {
+		if (*s == '"' || *s == '\\')
+			out[n++] = '\\';
+		if (*s != '\n')
+			out[n++] = *s;
+	}
+	out[n] = '\0';
+}
+
+/* Per Redis master (Redis Cluster: each master of the slot map). */
+static void put_masters(text_t *t)
+{
+	store_master_t m[STORE_MASTERS_SHOWN];
+	size_t n = store_masters(m, STORE_MASTERS_SHOWN);
+	char addr[2 * sizeof(m[0].addr)];
+
+	if (n > STORE_MASTERS_SHOWN)
+		n = STORE_MASTERS_SHOWN;
+	metric(t, "lockbroker_redis_master_up", "gauge", "1 when a connection to this Redis master is ready.");
+	for (size_t k = 0; k < n; k++) {
+		label_value(addr, sizeof(addr), m[k].addr);
+		put(t, "lockbroker_redis_master_up{addr=\"%s\"} %d\n", addr, m[k].up ? 1 : 0);
+	}
+	metric(t, "lockbroker_redis_master_slots", "gauge", "Redis Cluster slots this master serves (0 outside a cluster).");
+	for (size_t k = 0; k < n; k++) {
+		label_value(addr, sizeof(addr), m[k].addr);
+		put(t, "lockbroker_redis_master_slots{addr=\"%s\"} %d\n", addr, m[k].slots);
+	}
+	metric(t, "lockbroker_redis_master_pending", "gauge", "Redis calls sent to this master, not yet answered.");
+	for (size_t k = 0; k < n; k++) {
+		label_value(addr, sizeof(addr), m[k].addr);
+		put(t, "lockbroker_redis_master_pending{addr=\"%s\"} %zu\n", addr, m[k].pending);
+	}
+	metric(t, "lockbroker_redis_master_redirects_total", "counter", "MOVED and ASK replies from this master.");
+	for (size_t k = 0; k < n; k++) {
+		label_value(addr, sizeof(addr), m[k].addr);
+		put(t, "lockbroker_redis_master_redirects_total{addr=\"%s\"} %llu\n", addr,
+		    (unsigned long long)m[k].redirects);
+	}
+}
+
 static char *render(size_t *len)
 {
 	text_t t = {xmalloc(4096), 0, 4096};
@@ -83,6 +129,7 @@ static char *render(size_t *len)
 	put(&t, "lockbroker_up 1\n");
 	metric(&t, "lockbroker_redis_up", "gauge", "1 when a Redis connection is ready.");
 	put(&t, "lockbroker_redis_up %d\n", store_up() ? 1 : 0);
+	put_masters(&t);
 	metric(&t, "lockbroker_uptime_seconds", "gauge", "Seconds since the broker started.");
 	put(&t, "lockbroker_uptime_seconds %llu\n",
 	    (unsigned long long)((timers_now() - server.started_ms) / 1000));

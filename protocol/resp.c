@@ -383,6 +383,21 @@ json_t *resp_stats(const json_t *id, const resp_stats_t *s)
 	put(o, "failovers_total", num(s->failovers_total));
 	put(o, "failover_lost_total", num(s->failover_lost_total));
 	put(o, "redis", str(s->redis_up ? "up" : "down"));
+	if (s->nmasters > 0) {
+		json_t *a = must(json_array());
+		for (size_t k = 0; k < s->nmasters; k++) {
+			const resp_master_t *m = &s->masters[k];
+			json_t *e = must(json_object());
+			put(e, "addr", str(m->addr));
+			put(e, "up", json_boolean(m->up));
+			put(e, "slots", num(m->slots));
+			put(e, "pending", num(m->pending));
+			put(e, "redirects", num(m->redirects));
+			if (json_array_append_new(a, e) != 0)
+				oom();
+		}
+		put(o, "redis_masters", a);
+	}
 	return o;
 }
 

@@ -110,6 +110,15 @@ typedef struct resp_lease {
 } resp_lease_t;
 json_t *resp_leases(const json_t *id, const resp_lease_t *leases, size_t n);
 
+/* One Redis master in stats: {"addr", "up", "slots", "pending", "redirects"}. */
+typedef struct resp_master {
+	const char *addr;
+	bool up;
+	int64_t slots;     /* Redis Cluster slots it serves; 0 outside a cluster */
+	int64_t pending;   /* calls sent, not yet answered */
+	int64_t redirects; /* MOVED and ASK replies it gave */
+} resp_master_t;
+
 typedef struct resp_stats {
 	int64_t uptime_s;
 	int64_t connections;
@@ -123,6 +132,9 @@ typedef struct resp_stats {
 	int64_t failovers_total;     /* master switches followed */
 	int64_t failover_lost_total; /* leases lost to them */
 	bool redis_up;
+	/* Per Redis Cluster master: "redis_masters" (left out when none). */
+	const struct resp_master *masters;
+	size_t nmasters;
 } resp_stats_t;
 json_t *resp_stats(const json_t *id, const resp_stats_t *s);
 

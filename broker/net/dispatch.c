@@ -390,6 +390,9 @@ static void op_leases(session_t *s, req_t *req)
 
 static void op_stats(session_t *s, req_t *req)
 {
+	store_master_t m[STORE_MASTERS_SHOWN];
+	resp_master_t rm[STORE_MASTERS_SHOWN];
+	size_t nm = store_masters(m, STORE_MASTERS_SHOWN);
 	resp_stats_t st = {
 		.uptime_s = (int64_t)((timers_now() - server.started_ms) / 1000),
 		.connections = (int64_t)server.nconnections,
@@ -403,7 +406,14 @@ static void op_stats(session_t *s, req_t *req)
 		.failovers_total = (int64_t)server.stats.failovers_total,
 		.failover_lost_total = (int64_t)server.stats.failover_lost_total,
 		.redis_up = store_up(),
+		.masters = rm,
 	};
 
+	if (nm > STORE_MASTERS_SHOWN)
+		nm = STORE_MASTERS_SHOWN;
+	for (size_t k = 0; k < nm; k++)
+		rm[k] = (resp_master_t){m[k].addr, m[k].up, m[k].slots, (int64_t)m[k].pending,
+		                        (int64_t)m[k].redirects};
+	st.nmasters = nm;
 	session_answer(s, req->id, resp_stats(req->id, &st));
 }

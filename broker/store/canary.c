@@ -14,6 +14,8 @@
 #include "broker/store/canary.h"
 
 #include <inttypes.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -25,7 +27,7 @@
 #define CANARY_EVERY_MS 1000
 #define CANARY_TTL_STR "600000" /* ten minutes: a stalled broker is no loss */
 
-static struct {
+struct canary {
 	void (*on_loss)(const char *why);
 	char key[128];
 	size_t key_len;
@@ -36,66 +38,76 @@ static struct {
 	bool inflight;
 	bool stopped;
 	timer_ent_t timer;
-} K;
+};
 
 static void on_checked(const redisReply *r, void *priv)
 {
-	(void)priv;
-	K.inflight = false;
-	if (K.stopped)
+	canary_t *k = priv;
+
+	k->inflight = false;
+	if (k->stopped) {
+		free(k);
 		return;
+	}
 	if (store_reply_failed(r) || r->type != REDIS_REPLY_INTEGER) {
 		/* Unknown whether it wrote: either value is fine next time. */
 		if (!r)
-			memcpy(K.maybe, K.sent, sizeof(K.maybe));
+			memcpy(k->maybe, k->sent, sizeof(k->maybe));
 		return;
 	}
 	if (r->integer == 0) {
 		LOG(LOG_WARN, "msg=\"redis lost data: the canary key is not what this broker wrote\"");
-		K.on_loss("canary key lost");
+		k->on_loss("canary key lost");
 	}
-	memcpy(K.last, K.sent, sizeof(K.last));
-	K.maybe[0] = '\0';
+	memcpy(k->last, k->sent, sizeof(k->last));
+	k->maybe[0] = '\0';
 }
 
 static void check(timer_ent_t *t)
 {
+	canary_t *k = (canary_t *)((char *)t - offsetof(canary_t, timer));
 	const char *argv[4];
 	size_t argvlen[4];
 	char ttl[] = CANARY_TTL_STR;
 
-	(void)t;
-	timer_at(&K.timer, timers_now() + CANARY_EVERY_MS);
-	if (K.inflight || !store_up())
+	timer_at(&k->timer, timers_now() + CANARY_EVERY_MS);
+	if (k->inflight || !store_up())
 		return;
-	if (K.maybe[0])
-		memcpy(K.sent, K.maybe, sizeof(K.sent)); /* the unresolved one again */
+	if (k->maybe[0])
+		memcpy(k->sent, k->maybe, sizeof(k->sent)); /* the unresolved one again */
 	else
-		snprintf(K.sent, sizeof(K.sent), "%s:%" PRIu64, server.id, ++K.serial);
-	argv[0] = K.last;
-	argvlen[0] = strlen(K.last);
-	argv[1] = K.maybe;
-	argvlen[1] = strlen(K.maybe);
-	argv[2] = K.sent;
-	argvlen[2] = strlen(K.sent);
+		snprintf(k->sent, sizeof(k->sent), "%s:%" PRIu64, server.id, ++k->serial);
+	argv[0] = k->last;
+	argvlen[0] = strlen(k->last);
+	argv[1] = k->maybe;
+	argvlen[1] = strlen(k->maybe);
+	argv[2] = k->sent;
+	argvlen[2] = strlen(k->sent);
 	argv[3] = ttl;
 	argvlen[3] = sizeof(ttl) - 1;
-	if (store_eval_key(K.key, K.key_len, SCRIPT_CANARY, 4, argv, argvlen, on_checked, NULL, 0) == 0)
-		K.inflight = true;
+	if (store_eval_key(k->key, k->key_len, SCRIPT_CANARY, 4, argv, argvlen, on_checked, k, 0) == 0)
+		k->inflight = true;
 }
 
-void canary_start(void (*on_loss)(const char *why))
+canary_t *canary_start(const char *key, size_t key_len, void (*on_loss)(const char *why))
 {
-	memset(&K, 0, sizeof(K));
-	K.on_loss = on_loss;
-	K.key_len = (size_t)snprintf(K.key, sizeof(K.key), "%sbroker:{%s}:canary", server.cfg->prefix,
-	                             server.id);
-	timer_init(&K.timer, check);
-	timer_at(&K.timer, timers_now() + CANARY_EVERY_MS);
+	canary_t *k = xcalloc(1, sizeof(*k));
+
+	REQUIRE(key_len < sizeof(k->key));
+	k->on_loss = on_loss;
+	memcpy(k->key, key, key_len);
+	k->key_len = key_len;
+	timer_init(&k->timer, check);
+	timer_at(&k->timer, timers_now() + CANARY_EVERY_MS);
+	return k;
 }
 
-void canary_stop(void)
+void canary_stop(canary_t *k)
 {
-	K.stopped = true;
-	timer_cancel(&K.timer);
+	if (!k)
+		return;
+	k->stopped = true;
+	timer_cancel(&k->timer);
+	if (!k->inflight)
+		free(k);
 }

@@ -28,6 +28,7 @@
  */
 #include "broker/store/rpool.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,21 @@
 #include "broker/store/rpool_int.h"
 
 static void rconn_connect(rconn_t *c);
+
+/* Where the pool's connections go, for the log ("host:port" or the
+ * socket's path); valid until the next call. */
+static const char *where(const rpool_t *pool)
+{
+	static char buf[URL_HOST_MAX + URL_PATH_MAX + 8];
+
+	if (!pool->target.set)
+		return "-";
+	if (pool->target.kind == URL_UNIX)
+		snprintf(buf, sizeof(buf), "%s", pool->target.path);
+	else
+		snprintf(buf, sizeof(buf), "%s:%d", pool->target.host, pool->target.port);
+	return buf;
+}
 
 /* ---- connections ---------------------------------------------------------- */
 
@@ -111,7 +127,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
 	rpool_t *pool = c->pool;
 
 	if (status != REDIS_OK) {
-		LOG(LOG_WARN, "msg=\"redis connect failed\" conn=%d err=\"%s\"", c->idx, ac->errstr);
+		LOG(LOG_WARN, "msg=\"redis connect failed\" conn=%d addr=%s err=\"%s\"", c->idx,
+		    where(c->pool), ac->errstr);
 		schedule_retry(c); /* hiredis frees the context after this */
 		if (!c->subscriber && pool->on_lost)
 			pool->on_lost();
@@ -127,7 +144,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 	if (c->state == RC_CLOSING || c->dropping)
 		return; /* closing, or rconn_drop schedules the retry */
 	if (was_ready || status != REDIS_OK)
-		LOG(LOG_WARN, "msg=\"redis connection lost\" conn=%d err=\"%s\"", c->idx,
+		LOG(LOG_WARN, "msg=\"redis connection lost\" conn=%d addr=%s err=\"%s\"", c->idx, where(pool),
 		    status == REDIS_OK ? "closed" : ac->errstr);
 	schedule_retry(c);
 	if (!c->subscriber && pool->on_lost)
@@ -184,10 +201,11 @@ static void handshake_step(rconn_t *c)
 	c->addr_ok = true;
 	c->backoff_ms = BACKOFF_MIN_MS;
 	timer_cancel(&c->watch);
-	LOG(LOG_INFO, "msg=\"redis connected\" conn=%d%s", c->idx, c->subscriber ? " role=inbox" : "");
+	LOG(LOG_INFO, "msg=\"redis connected\" conn=%d addr=%s%s", c->idx, where(pool),
+	    c->subscriber ? " role=inbox" : "");
 	if (c->subscriber) {
 		if (pool->on_subscribed)
-			pool->on_subscribed();
+			pool->on_subscribed(pool->inbox_priv);
 		return;
 	}
 	if (pool->loss && pool->loss_gates && pool->on_data_loss) {
@@ -264,7 +282,7 @@ static void on_inbox(redisAsyncContext *ac, void *r, void *priv)
 	}
 	if (strcmp(reply->element[0]->str, "message") == 0 && c->state == RC_READY &&
 	    reply->element[2]->type == REDIS_REPLY_STRING && pool->on_message)
-		pool->on_message(reply->element[2]->str, reply->element[2]->len);
+		pool->on_message(reply->element[2]->str, reply->element[2]->len, pool->inbox_priv);
 }
 
 /* INFO server's run_id: a new one is a Redis that restarted (or another
@@ -338,7 +356,8 @@ static void rconn_drop(rconn_t *c, const char *why)
 {
 	rpool_t *pool = c->pool;
 
-	LOG(LOG_WARN, "msg=\"redis connection dropped\" conn=%d why=\"%s\" pending=%zu", c->idx, why,
+	LOG(LOG_WARN, "msg=\"redis connection dropped\" conn=%d addr=%s why=\"%s\" pending=%zu", c->idx,
+	    where(pool), why,
 	    c->pending);
 	c->state = RC_DOWN; /* no new commands while the callbacks run */
 	if (c->ac) {
@@ -392,7 +411,8 @@ static void rconn_open(rconn_t *c, const char *host)
 	ac = host ? redisAsyncConnect(host, pool->target.port) : redisAsyncConnectUnix(pool->target.path);
 	REQUIRE(ac != NULL);
 	if (ac->err) {
-		LOG(LOG_WARN, "msg=\"redis connect failed\" conn=%d err=\"%s\"", c->idx, ac->errstr);
+		LOG(LOG_WARN, "msg=\"redis connect failed\" conn=%d addr=%s err=\"%s\"", c->idx,
+		    where(c->pool), ac->errstr);
 		redisAsyncFree(ac);
 		schedule_retry(c);
 		return;
@@ -563,6 +583,7 @@ rpool_t *rpool_new(uv_loop_t *loop, const redis_addr_t *addr, int n, const char 
 		pool->channel = xstrndup(inbox->channel, strlen(inbox->channel));
 		pool->on_message = inbox->on_message;
 		pool->on_subscribed = inbox->on_subscribed;
+		pool->inbox_priv = inbox->priv;
 		pool->conns[n].subscriber = true;
 		pool->nall = n + 1;
 	}
@@ -582,6 +603,13 @@ rpool_t *rpool_new(uv_loop_t *loop, const redis_addr_t *addr, int n, const char 
 	return pool;
 }
 
+static void on_close_timer_closed(uv_handle_t *h)
+{
+	rpool_t *pool = h->data;
+
+	pool->closed = true;
+}
+
 static void close_timer_maybe_done(rpool_t *pool)
 {
 	for (int k = 0; k < pool->nall; k++) {
@@ -589,7 +617,7 @@ static void close_timer_maybe_done(rpool_t *pool)
 			return;
 	}
 	if (pool->closing && !uv_is_closing((uv_handle_t *)&pool->close_timer))
-		uv_close((uv_handle_t *)&pool->close_timer, NULL);
+		uv_close((uv_handle_t *)&pool->close_timer, on_close_timer_closed);
 }
 
 static void on_close_timeout(uv_timer_t *h)
@@ -635,6 +663,17 @@ void rpool_close(rpool_t *pool)
 	}
 	uv_timer_start(&pool->close_timer, on_close_timeout, CLOSE_TIMEOUT_MS, 0);
 	close_timer_maybe_done(pool);
+}
+
+bool rpool_closed(const rpool_t *pool)
+{
+	return pool->closed;
+}
+
+void rpool_expect_failover(rpool_t *pool)
+{
+	pool->loss = STORE_LOSS_FAILOVER;
+	pool->loss_gates = true;
 }
 
 bool rpool_up(const rpool_t *pool)

@@ -42,11 +42,12 @@ typedef struct rpool_state rpool_t;
 /* The broker's inbox: one more connection, subscribed to one channel. */
 typedef struct rpool_inbox {
 	const char *channel; /* copied */
-	/* A message on the channel (valid during the call). */
-	void (*on_message)(const char *msg, size_t len);
+	/* A message on the channel (valid during the call); priv as given. */
+	void (*on_message)(const char *msg, size_t len, void *priv);
 	/* The subscription is (re)established: messages sent while it was
 	 * down are lost, so whatever waits on them should look again. */
-	void (*on_subscribed)(void);
+	void (*on_subscribed)(void *priv);
+	void *priv;
 } rpool_inbox_t;
 
 typedef struct rpool_callbacks {
@@ -93,8 +94,16 @@ void rpool_close(rpool_t *p);
  * is refused) but for what that callback sends, until rpool_check_done
  * (or CHECK_TIMEOUT_MS). */
 bool rpool_set_target(rpool_t *p, const char *host, int port, bool failover);
+/* The pool's first ready connection reports on_data_loss(STORE_LOSS_FAILOVER)
+ * and the pool stays closed until rpool_check_done, as rpool_set_target
+ * with failover does: for a new pool on a master that took over (Redis
+ * Cluster: a replica promoted). Call before the loop runs again. */
+void rpool_expect_failover(rpool_t *p);
 /* The data-loss check that on_data_loss started is over: the pool opens. */
 void rpool_check_done(rpool_t *p);
+/* True once rpool_close finished: every connection is gone; only then may
+ * rpool_free run before the loop ends. */
+bool rpool_closed(const rpool_t *p);
 /* True when at least one connection is ready for commands. */
 bool rpool_up(const rpool_t *p);
 /* Commands sent and not yet answered. */
@@ -115,6 +124,9 @@ size_t rpool_pending(const rpool_t *p);
  * ready, or as soon as one is; fn sees NULL only after that time. Such a
  * command is also accepted while no connection is ready.
  *
+ * A verify (SCRIPT_VERIFY, a read) passes the failover gate as the
+ * check's own commands do: any pass of them is part of a check.
+ *
  * floor_arg: the index in argv of the fence floor (STORE_FLOOR_DIGITS
  * digits), rewritten with server.fence_high each time the command goes
  * out, so a command sent again after a failover carries every fence seen
@@ -126,6 +138,10 @@ size_t rpool_pending(const rpool_t *p);
  * write that must not hold a connection for WAIT and whose grants are
  * then given back. */
 enum { RP_NO_WAIT, RP_WAIT, RP_UNACKED };
+/* Or'ed into wait: ASKING goes right before it on its connection, each
+ * time it is sent (Redis Cluster's ASK redirect: the slot is being
+ * imported there). */
+#define RP_ASKING 8
 int rpool_eval(rpool_t *p, uint32_t route, script_id_t script, int nkeys, int argc,
                const char *const *argv, const size_t *argvlen,
                store_fn fn, void *priv, uint64_t retry_until, int wait, int floor_arg);

@@ -265,6 +265,13 @@ static int conn_send(rconn_t *c, rcmd_t *cmd)
 	cmd->sent_ns = uv_hrtime();
 	if (cmd->floor_off)
 		put_floor(cmd->resp + cmd->floor_off, server.fence_high);
+	if (cmd->asking) {
+		/* Its reply (+OK) answers nobody; it opens the slot on this
+		 * connection for the next command only. */
+		static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
+		if (redisAsyncFormattedCommand(c->ac, NULL, NULL, asking, sizeof(asking) - 1) != REDIS_OK)
+			return -1;
+	}
 	if (redisAsyncFormattedCommand(c->ac, on_reply, cmd, cmd->resp, cmd->len) != REDIS_OK)
 		return -1;
 	if (c->pending++ == 0) {
@@ -469,7 +476,10 @@ int rpool_eval(rpool_t *pool, uint32_t route, script_id_t script, int nkeys, int
                const char *const *argv, const size_t *argvlen,
                store_fn fn, void *priv, uint64_t retry_until, int wait, int floor_arg)
 {
-	rconn_t *c = pool->closing ? NULL : pick(pool, route, pool->checking && pool->in_check_cb);
+	/* Made inside the failover check's callback, or a verify (a read):
+	 * part of the check, it passes the gate. */
+	bool check = pool->checking && (pool->in_check_cb || script == SCRIPT_VERIFY);
+	rconn_t *c = pool->closing ? NULL : pick(pool, route, check);
 	size_t total = 0;
 	rcmd_t *cmd;
 	char *p, nkeys_buf[24];
@@ -490,10 +500,11 @@ int rpool_eval(rpool_t *pool, uint32_t route, script_id_t script, int nkeys, int
 	cmd->reloaded = false;
 	cmd->replayed = false;
 	cmd->pinned = false;
+	cmd->asking = (wait & RP_ASKING) != 0;
+	wait &= ~RP_ASKING;
 	cmd->wait = wait == RP_WAIT;
 	cmd->unacked = wait == RP_UNACKED && pool->wait_replicas > 0;
-	/* Made inside the failover check's callback: part of the check. */
-	cmd->check = pool->checking && pool->in_check_cb;
+	cmd->check = check;
 	cmd->floor_off = 0;
 	cmd->wref = NULL;
 	cmd->held = NULL;

@@ -101,6 +101,7 @@ struct rcmd {
 	bool wait;            /* followed by WAIT (rpool_eval's wait) */
 	bool unacked;         /* RP_UNACKED with WAIT on: delivered as not acknowledged */
 	bool check;           /* part of the check after a failover: passes the gate */
+	bool asking;          /* ASKING goes before it (RP_ASKING) */
 	size_t floor_off;     /* the fence floor's digits in resp (FLOOR_DIGITS), or 0 */
 	struct waitref *wref; /* the WAIT sent behind it, not yet answered */
 	redisReply *held;     /* its reply, kept until that WAIT answers */
@@ -120,8 +121,9 @@ struct rpool_state {
 	int nall;                     /* n, plus 1 with a subscriber */
 	char *channel;                /* the inbox channel, or NULL */
 	char *name;                   /* CLIENT SETNAME prefix */
-	void (*on_message)(const char *msg, size_t len);
-	void (*on_subscribed)(void);
+	void (*on_message)(const char *msg, size_t len, void *priv);
+	void (*on_subscribed)(void *priv);
+	void *inbox_priv;
 	void (*on_up)(void);
 	void (*on_data_loss)(const char *why);
 	void (*on_not_master)(void);
@@ -152,6 +154,7 @@ struct rpool_state {
 	uint32_t rand_state;
 	uv_timer_t close_timer; /* bounds rpool_close */
 	bool closing;
+	bool closed;            /* rpool_close finished (rpool_closed) */
 	uint64_t unacked_total; /* replies delivered as not acknowledged */
 	int wait_replicas; /* WAIT behind each command sent with wait; 0: none */
 	int64_t wait_ms;

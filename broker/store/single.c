@@ -1,5 +1,5 @@
 /*
- * single.c - the seam to Redis (store.h) over one master: a single Redis
+ * single.c - the store's backend (backend.h) over one master: a single Redis
  * reached through the connection pool (rpool.c), watched by the canary
  * (canary.c); with a sentinel:// URL, the master that Redis Sentinel names
  * (sentinel.c), followed across failovers. The names this broker uses in
@@ -13,7 +13,7 @@
  * serves anything else the locks layer checks every lease there
  * (on_data_loss with STORE_LOSS_FAILOVER; it calls store_loss_checked).
  */
-#include "broker/store/store.h"
+#include "broker/store/backend.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -27,6 +27,7 @@
 
 static store_events_t E;
 static rpool_t *P; /* the one pool */
+static canary_t *K;
 static struct {
 	bool sentinel;    /* a sentinel:// URL */
 	bool had_master;  /* a master was named before */
@@ -73,7 +74,19 @@ static void on_master(const char *host, int port, bool announced)
 	M.port = port;
 }
 
-void store_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *events)
+static void on_inbox_message(const char *msg, size_t len, void *priv)
+{
+	(void)priv;
+	E.on_wake(msg, len);
+}
+
+static void on_inbox_subscribed(void *priv)
+{
+	(void)priv;
+	E.on_rewatch();
+}
+
+static void single_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *events)
 {
 	char channel[128], name[64];
 	rpool_inbox_t inbox;
@@ -83,7 +96,7 @@ void store_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *
 	/* The channel lua/lib/prelude.lua publishes this broker's wake-ups to. */
 	snprintf(channel, sizeof(channel), "%sinbox:%s", cfg->prefix, server.id);
 	snprintf(name, sizeof(name), "lockbroker-%s", server.id);
-	inbox = (rpool_inbox_t){channel, E.on_wake, E.on_rewatch};
+	inbox = (rpool_inbox_t){channel, on_inbox_message, on_inbox_subscribed, NULL};
 	memset(&M, 0, sizeof(M));
 	M.sentinel = cfg->redis.kind == URL_SENTINEL;
 	cb = (rpool_callbacks_t){
@@ -96,95 +109,74 @@ void store_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *
 		.wait_ms = cfg->redis_wait_ms,
 	};
 	P = rpool_new(loop, &cfg->redis, cfg->pool, name, &cb, &inbox);
-	canary_start(E.on_data_loss);
+	{
+		char key[128];
+		int n = snprintf(key, sizeof(key), "%sbroker:{%s}:canary", cfg->prefix, server.id);
+		K = canary_start(key, (size_t)n, E.on_data_loss);
+	}
 	if (M.sentinel)
 		sentinel_start(loop, &cfg->redis, on_master);
 }
 
-void store_close(void)
+static void single_close(void)
 {
-	canary_stop();
+	canary_stop(K);
+	K = NULL;
 	if (M.sentinel)
 		sentinel_close();
 	rpool_close(P);
 }
 
-void store_loss_checked(void)
+static void single_loss_checked(void)
 {
 	rpool_check_done(P);
 }
 
-void store_free(void)
+static void single_free(void)
 {
 	rpool_free(P);
 	P = NULL;
 }
 
-bool store_up(void)
+static bool single_up(void)
 {
 	return P && rpool_up(P);
 }
 
-size_t store_pending(void)
+static size_t single_pending(void)
 {
 	return P ? rpool_pending(P) : 0;
 }
 
-bool store_replayed(void)
+static bool single_replayed(void)
 {
 	return rpool_replayed();
 }
 
-bool store_replicated(void)
+static int single_eval(const char *route, size_t route_len, script_id_t script, int nkeys,
+                       int argc, const char *const *argv, const size_t *argvlen, store_fn fn,
+                       void *priv, uint64_t retry_until, int wait, int floor_arg)
 {
-	return rpool_replicated();
+	return rpool_eval(P, rpool_route(route, route_len), script, nkeys, argc, argv, argvlen, fn,
+	                  priv, retry_until, wait, floor_arg);
 }
 
-int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int nkeys, int argc,
-                    const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
-                    uint64_t retry_until, int floor_arg, bool unwaited)
+/* One Redis: nothing per master to show (stats has "redis" already). */
+static size_t single_masters(store_master_t *out, size_t max)
 {
-	/* WAIT (--redis-wait-replicas) behind every call that may grant or
-	 * change a lease; verify and inspect only read. */
-	int wait = script == SCRIPT_VERIFY || script == SCRIPT_INSPECT ? RP_NO_WAIT
-	           : unwaited                                          ? RP_UNACKED
-	                                                               : RP_WAIT;
-
-	return rpool_eval(P, rpool_route(lock, lock_len), script, nkeys, argc, argv, argvlen, fn, priv,
-	                  retry_until, wait, floor_arg);
+	(void)out;
+	(void)max;
+	return 0;
 }
 
-/* The part of key that picks its connection: its hash tag, the way Redis
- * Cluster picks a slot (between the first '{' and the next '}', when not
- * empty), else the whole key. A detached lease's pointer so goes where
- * its token does. */
-static const char *route_part(const char *key, size_t len, size_t *out_len)
-{
-	const char *open = memchr(key, '{', len);
-	const char *close = open ? memchr(open + 1, '}', len - (size_t)(open + 1 - key)) : NULL;
-
-	if (close && close > open + 1) {
-		*out_len = (size_t)(close - open - 1);
-		return open + 1;
-	}
-	*out_len = len;
-	return key;
-}
-
-int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc,
-                   const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
-                   uint64_t retry_until)
-{
-	const char *all[8], *part;
-	size_t lens[8], part_len;
-
-	if (argc < 0 || argc > 7)
-		return -1;
-	all[0] = key;
-	lens[0] = key_len;
-	memcpy(all + 1, argv, (size_t)argc * sizeof(*argv));
-	memcpy(lens + 1, argvlen, (size_t)argc * sizeof(*argvlen));
-	part = route_part(key, key_len, &part_len);
-	return rpool_eval(P, rpool_route(part, part_len), script, 1, argc + 1, all, lens, fn, priv,
-	                  retry_until, RP_NO_WAIT, -1);
-}
+const store_backend_t store_single_backend = {
+	.start = single_start,
+	.close = single_close,
+	.free = single_free,
+	.loss_checked = single_loss_checked,
+	.up = single_up,
+	.pending = single_pending,
+	.replayed = single_replayed,
+	.eval = single_eval,
+	.masters = single_masters,
+};

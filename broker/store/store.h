@@ -19,50 +19,31 @@
  *     that go out in one loop turn leave on their connections together
  *     (pipelined), so the renewals of one connection travel in one batch.
  *
- * Backends behind this header (single.c implements every function; the
- * Sentinel mode is single.c with sentinel.c naming its target):
- *   single    one Redis (redis:// or unix://), a pool of connections
- *             chosen by a hash of the lock name (rpool.c), the script
- *             cache, one inbox subscription, the canary.
- *   sentinel  built (sentinel://): the same pool, connected to the master
- *             that Sentinel names; +switch-master, a lost connection or a
- *             READONLY reply asks again; a new master closes the pool
- *             until every lease is checked (on_data_loss "failover"), and
- *             --redis-wait-replicas puts WAIT behind each call that grants.
- *   cluster   (issue 17; built so far: rpool_t instances, slot.h,
- *             cluster_map.h) a pool per master; a lock's call goes to the
- *             master of its key slot (every key of a lock shares the hash
- *             tag {N}), with MOVED/ASK/TRYAGAIN handled in the backend;
- *             one canary per master, on_data_loss for each (the check of
- *             every lease it starts is wider than needed, never narrower).
- *             store_up: every slot has a reachable master; a per-lock form
- *             (is N's master up) joins it then, so one master down fails
- *             only its locks.
- *             Wake-ups: the per-broker inbox (classic PUBLISH) does not
- *             carry over. A script may PUBLISH in a cluster and the bus
- *             broadcasts it to every node, but PUBLISH then counts only
- *             the receivers on the node that ran it, and promote relies on
- *             that count to find a deaf broker (a broker subscribed on
- *             another node would look deaf and lose its waiters); and
- *             every wake would cross the whole bus. So: sharded pub/sub
- *             (Redis 7). A script SPUBLISHes the wake on PREFIX{N}:w:BROKER,
- *             in N's own slot (a script may only touch its keys' slot),
- *             and SPUBLISH counts that broker's subscription exactly. A
- *             broker SSUBSCRIBEs to that channel for each lock it has
- *             local waiters on, on one subscriber connection per master,
- *             and SUNSUBSCRIBEs when the last one leaves. No subscription
- *             per waiter and no polling. Redis drops the subscription when
- *             the slot moves (-sunsubscribe): the broker subscribes again
- *             where the map now says. A wake lost meanwhile is covered as
- *             today: on (re)subscribe the lock's waiters heartbeat. Single
- *             and sentinel modes keep the inbox: it works on Redis 6,
- *             which they support, and it is measured; SSUBSCRIBE per lock
- *             would add a subscribe round trip to a lock's first waiter.
- *   redlock   every call on N independent masters, the reply merged by the
- *             backend (a majority within the validity time, fences as
- *             max + 1); store_up when a majority is.
- * Each is a sibling of rpool.c behind this interface: an addition, not a
- * rewrite of locks/.
+ * Backends behind this header (seam.c picks one by the URL's kind and
+ * passes every call to it: backend.h):
+ *   single    (single.c) one Redis (redis:// or unix://), a pool of
+ *             connections chosen by a hash of the lock name (rpool.c), the
+ *             script cache, one inbox subscription, the canary.
+ *   sentinel  (single.c with sentinel.c naming its target; sentinel://):
+ *             the same pool, connected to the master that Sentinel names;
+ *             +switch-master, a lost connection or a READONLY reply asks
+ *             again; a new master closes the pool until every lease is
+ *             checked (on_data_loss "failover"), and --redis-wait-replicas
+ *             puts WAIT behind each call that grants.
+ *   cluster   (cluster.c; cluster://) a pool per master of the slot map
+ *             (cluster_topo.c follows it); a lock's call goes to the master
+ *             of its key slot (every key of a lock shares the hash tag
+ *             {N}), with MOVED/ASK/TRYAGAIN/CLUSTERDOWN handled there; a
+ *             master that took over is checked as after a Sentinel
+ *             failover; a canary per master. store_up: some master is up;
+ *             a call for a master that is down fails alone (unavailable).
+ *             Wake-ups: one inbox subscription per master on the same
+ *             channel; the broker takes a wake only from the master that
+ *             owns the lock's slot (cluster.c says why not sharded
+ *             pub/sub).
+ *   redlock   (issue 18) every call on N independent masters, the reply
+ *             merged by the backend (a majority within the validity time,
+ *             fences as max + 1); store_up when a majority is.
  *
  * Callbacks: fn(reply, priv) runs exactly once per accepted call; reply is
  * NULL when there is none (store_reply_failed says so for errors too), and
@@ -139,6 +120,21 @@ int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int n
  * callback then hears store_replicated() false, and a grant in its reply
  * is given back. For writes whose own effect needs no replica (a release
  * sent again after a failover). */
+
+/* One master the store serves from: Redis Cluster's masters, in the
+ * order of their lowest slot (none outside a cluster). */
+typedef struct store_master {
+	char addr[URL_HOST_MAX + 8]; /* host:port, or the Unix socket's path */
+	bool up;                     /* a call can go out to it now */
+	int slots;                   /* Redis Cluster: the slots it serves; else 0 */
+	size_t pending;              /* calls sent to it, not yet answered */
+	uint64_t redirects;          /* MOVED and ASK replies it gave */
+} store_master_t;
+
+/* Fills up to max masters; returns how many there are (may exceed max).
+ * Stats and metrics show at most STORE_MASTERS_SHOWN. */
+#define STORE_MASTERS_SHOWN 64
+size_t store_masters(store_master_t *out, size_t max);
 
 /* A script on one key that is no lock's, with args after the key (copied);
  * the key's hash tag ({...}, as Redis Cluster reads it) picks where it runs.

@@ -374,7 +374,7 @@ Test(resp, leases)
 
 Test(resp, stats)
 {
-	resp_stats_t s = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, true};
+	resp_stats_t s = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, true, NULL, 0};
 	json_t *v = roundtrip(resp_stats(NULL, &s), NULL);
 
 	keys_are(v, "id", "ok", "uptime_s", "connections", "sessions", "leases",
@@ -396,6 +396,27 @@ Test(resp, stats)
 	s.redis_up = false;
 	v = roundtrip(resp_stats(NULL, &s), NULL);
 	cr_assert_str_eq(sval(v, "redis"), "down");
+	json_decref(v);
+}
+
+Test(resp, stats_per_redis_master)
+{
+	resp_master_t m[2] = {{"10.0.0.1:7000", true, 8192, 3, 0}, {"10.0.0.2:7000", false, 8192, 0, 5}};
+	resp_stats_t s = {.redis_up = true, .masters = m, .nmasters = 2};
+	json_t *v = roundtrip(resp_stats(NULL, &s), NULL);
+	json_t *a = json_object_get(v, "redis_masters"), *e;
+
+	cr_assert(json_is_array(a));
+	cr_assert_eq(json_array_size(a), 2);
+	e = json_array_get(a, 0);
+	keys_are(e, "addr", "up", "slots", "pending", "redirects", NULL);
+	cr_assert_str_eq(sval(e, "addr"), "10.0.0.1:7000");
+	cr_assert(json_is_true(json_object_get(e, "up")));
+	cr_assert_eq(ival(e, "slots"), 8192);
+	cr_assert_eq(ival(e, "pending"), 3);
+	e = json_array_get(a, 1);
+	cr_assert(json_is_false(json_object_get(e, "up")));
+	cr_assert_eq(ival(e, "redirects"), 5);
 	json_decref(v);
 }
 

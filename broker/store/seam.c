@@ -1,0 +1,110 @@
+/*
+ * seam.c - the functions of store.h: picks the backend by the URL's
+ * kind (cluster:// is cluster.c, every other kind single.c) and passes
+ * each call to it. What every backend does the same way lives here: which
+ * calls WAIT for replicas, and where a key that is no lock's is routed.
+ */
+#include "broker/store/store.h"
+
+#include <string.h>
+
+#include "broker/store/backend.h"
+#include "broker/store/rpool.h"
+
+static const store_backend_t *B;
+
+void store_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *events)
+{
+	B = cfg->redis.kind == URL_CLUSTER ? &store_cluster_backend : &store_single_backend;
+	B->start(loop, cfg, events);
+}
+
+void store_close(void)
+{
+	B->close();
+}
+
+void store_free(void)
+{
+	if (B)
+		B->free();
+}
+
+void store_loss_checked(void)
+{
+	B->loss_checked();
+}
+
+bool store_up(void)
+{
+	return B && B->up();
+}
+
+size_t store_pending(void)
+{
+	return B ? B->pending() : 0;
+}
+
+bool store_replayed(void)
+{
+	return B->replayed();
+}
+
+bool store_replicated(void)
+{
+	return rpool_replicated();
+}
+
+size_t store_masters(store_master_t *out, size_t max)
+{
+	return B ? B->masters(out, max) : 0;
+}
+
+int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int nkeys, int argc,
+                    const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
+                    uint64_t retry_until, int floor_arg, bool unwaited)
+{
+	/* WAIT (--redis-wait-replicas) behind every call that may grant or
+	 * change a lease; verify and inspect only read. */
+	int wait = script == SCRIPT_VERIFY || script == SCRIPT_INSPECT ? RP_NO_WAIT
+	           : unwaited                                          ? RP_UNACKED
+	                                                               : RP_WAIT;
+
+	return B->eval(lock, lock_len, script, nkeys, argc, argv, argvlen, fn, priv, retry_until, wait,
+	               floor_arg);
+}
+
+/* The part of key that picks its connection: its hash tag, the way Redis
+ * Cluster picks a slot (between the first '{' and the next '}', when not
+ * empty), else the whole key. A detached lease's pointer so goes where
+ * its token does. */
+static const char *route_part(const char *key, size_t len, size_t *out_len)
+{
+	const char *open = memchr(key, '{', len);
+	const char *close = open ? memchr(open + 1, '}', len - (size_t)(open + 1 - key)) : NULL;
+
+	if (close && close > open + 1) {
+		*out_len = (size_t)(close - open - 1);
+		return open + 1;
+	}
+	*out_len = len;
+	return key;
+}
+
+int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc,
+                   const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
+                   uint64_t retry_until)
+{
+	const char *all[8], *part;
+	size_t lens[8], part_len;
+
+	if (argc < 0 || argc > 7)
+		return -1;
+	all[0] = key;
+	lens[0] = key_len;
+	memcpy(all + 1, argv, (size_t)argc * sizeof(*argv));
+	memcpy(lens + 1, argvlen, (size_t)argc * sizeof(*argvlen));
+	part = route_part(key, key_len, &part_len);
+	return B->eval(part, part_len, script, 1, argc + 1, all, lens, fn, priv, retry_until,
+	               RP_NO_WAIT, -1);
+}
