@@ -103,6 +103,7 @@ build/san/ha_tests: $(patsubst %.c,build/san/%.o,$(HA_SRCS)) build/san/tests/int
 # masters and move slots, so they run one at a time (--jobs 1).
 build/san/cluster_tests: $(patsubst %.c,build/san/%.o,$(CLUSTER_SRCS)) \
                          build/san/tests/integration/harness.o build/san/tests/ha/keeper.o \
+                         build/san/tests/integration/mclient.o \
                          build/san/liblb.a | build/san/lockbrokerd
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
 

@@ -364,6 +364,20 @@ static void later_remove(struct ccall *cc)
 	C.nlater--;
 }
 
+/* cc gives up on the cluster's redirects: said in the log, at most every
+ * 5 s (a slot whose move outlasts the budget fails every call on it). */
+static void give_up(struct ccall *cc, const redisReply *reply)
+{
+	static uint64_t logged_at;
+	uint64_t now = timers_now();
+
+	if (!logged_at || now - logged_at >= 5000) {
+		logged_at = now;
+		LOG(LOG_WARN, "msg=\"a redis cluster call gave up after redirects and retries\" slot=%u "
+		    "tries=%d err=\"%.100s\"", (unsigned)cc->slot, cc->redirects + 1, reply->str);
+	}
+}
+
 static void finish(struct ccall *cc, const redisReply *reply)
 {
 	bool was = C.replayed;
@@ -439,6 +453,7 @@ static void on_reply(const redisReply *reply, void *priv)
 			if (send_call(cc) == 0 || retry_later(cc))
 				return;
 		}
+		give_up(cc, reply);
 		finish(cc, reply);
 		return;
 	}
@@ -447,6 +462,7 @@ static void on_reply(const redisReply *reply, void *priv)
 			cluster_topo_refresh();
 		if (retry_later(cc))
 			return;
+		give_up(cc, reply);
 		finish(cc, reply);
 		return;
 	}

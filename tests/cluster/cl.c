@@ -166,6 +166,18 @@ static void soft_cmd(int port, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Undo cl_pause_replication (and any CONFIG SET of the same) on port. */
+static void clear_master_login(int port)
+{
+    redisReply *r = ctopo_cmd(port, 1000, "CONFIG GET masteruser");
+    bool set = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+               r->element[1]->type == REDIS_REPLY_STRING && r->element[1]->len > 0;
+    if (r)
+        freeReplyObject(r);
+    if (set)
+        soft_cmd(port, "CONFIG SET masteruser %s masterauth %s", "", "");
+}
+
 /* CLUSTER NODES of the first live node that answers (skipping skip);
  * returns its port, or -1. */
 static int any_view(const ctopo *t, int skip, ctopo_view *v)
@@ -369,6 +381,7 @@ static int mend(const ctopo *t, mend_state *st, char *why, size_t whylen)
     for (int i = 0; i < CTOPO_NODES; i++) {
         int p = t->port[i];
         soft_cmd(p, "CLIENT UNPAUSE");
+        clear_master_login(p);
         ctopo_view own;
         const ctopo_node *me = ctopo_view_of(p, &own) == 0 ? ctopo_view_myself(&own) : NULL;
         for (int k = 0; me && k < me->nopen && k < (int)(sizeof(me->open) / sizeof(me->open[0]));
@@ -639,6 +652,26 @@ void cl_start_node(int port)
     cr_assert(ctopo_index(t, port) >= 0, "port %d is not a node", port);
     cr_assert(ctopo_node_pid(t, port) == 0, "cl_start_node: node %d is running", port);
     start_node_or_fail(t, port);
+}
+
+void cl_pause_replication(int replica_port)
+{
+    cr_assert_str_eq(cl_node_role(replica_port), "slave",
+                     "cl_pause_replication: node %d is not a replica", replica_port);
+    redisReply *r = cl_node_cmd(replica_port, "CONFIG SET masteruser %s masterauth %s",
+                                "lb-cl-paused", "lb-cl-paused");
+    cr_assert(r->type == REDIS_REPLY_STATUS, "CONFIG SET masteruser on %d: %s", replica_port,
+              r->str ? r->str : "?");
+    r = cl_node_cmd(replica_port, "CLIENT KILL TYPE master");
+    cr_assert(r->type == REDIS_REPLY_INTEGER && r->integer == 1,
+              "CLIENT KILL TYPE master on %d killed no master link", replica_port);
+    char link[32] = "";
+    for (int64_t end = lb_now_ms() + 3000;
+         ctopo_info(replica_port, "replication", "master_link_status", link, sizeof(link)) != 0 ||
+         strcmp(link, "down") != 0;
+         lb_sleep_ms(10))
+        cr_assert(lb_now_ms() < end, "replica %d: master_link_status '%s' 3 s after the cut",
+                  replica_port, link);
 }
 
 /* 0 when the failover is over as cl_wait_failover says; lowest < 0: the

@@ -65,7 +65,7 @@ void cl_teardown(void);
  * - frozen nodes continued (SIGCONT); client pauses lifted (CLIENT
  *   UNPAUSE; Redis 7.0 holds even that under CLIENT PAUSE ALL, so a node
  *   that does not answer PING for CL_READY_MUTE_MS is killed, and then
- *   handled as dead);
+ *   handled as dead); replication cut by cl_pause_replication resumed;
  * - a dead node restarted on its port, where it rejoins from its
  *   nodes.conf without data; a dead master with a live replica is first
  *   given CL_READY_DEAD_MASTER_MS for the failover, so that it comes back
@@ -136,6 +136,16 @@ const char *cl_node_state(int port);
 void cl_kill_node(int port);
 /* Start a node that is down, on its port, with its nodes.conf, empty. */
 void cl_start_node(int port);
+/* Makes the replica on replica_port miss every write from now on, and stay
+ * a replica of the same master in everybody's eyes (as tests/ha's
+ * ha_pause_replication): its link to the master is cut and it cannot log
+ * in again (CONFIG SET masteruser/masterauth to an unknown user, CLIENT
+ * KILL TYPE master). Returns once INFO says master_link_status:down. Its
+ * master killed, the cluster promotes it without those writes (the nodes
+ * run with cluster-replica-validity-factor 0: a replica takes over however
+ * old its data). CONFIG SET masteruser "" masterauth "" undoes it (the
+ * replica logs in again within a second); so does cl_ready, on every node. */
+void cl_pause_replication(int replica_port);
 /* Waits until a node that was a replica of old_master_port (per the live
  * nodes, at the call) serves what was old_master_port's lowest slot, no
  * live node names old_master_port as the owner of a slot, and every live
