@@ -18,22 +18,36 @@
  *             after a backoff;
  * all within the call's budget (its retry_until, and at least
  * REDIRECT_BUDGET_MS: each of these replies says the script did not run,
- * so a call that may not be repeated may still go again), at most
- * MAX_REDIRECTS times; then its caller hears the error (unavailable).
+ * so a call that may not be repeated may still go again; the first
+ * FAST_REDIRECTS redirects at once, the rest after a backoff, at most
+ * MAX_REDIRECTS); then its caller hears the error (unavailable). Redis 7
+ * runs no lock script on a slot while it moves (a lock's keys never all
+ * exist: ASK or TRYAGAIN on the source, TRYAGAIN on the target), so a
+ * move that outlasts the budget fails the calls on that slot.
+ * A call that must wait (a backoff, no master for its slot yet) waits in
+ * one list, and a later call of the same lock waits behind it, so the
+ * calls of a lock leave in their order. Not kept: the order of a call in
+ * flight on the old master and a later one sent to the new master after
+ * the map changed (the first comes back with MOVED and goes second); the
+ * lock scripts take that as they take a client's own race (a withdraw
+ * that finds no waiter, a waiter then dropped by its heartbeat deadline).
  * A call whose pool was closed while its reply was unknown (its master
  * left the map: a failover) goes to the slot's new master while its
  * retry_until lasts, and its callback hears store_replayed().
  *
  * Pools: one per master of the map, made when a map or a redirect first
  * names its address. One made after the first map is a master that took
- * over (a replica promoted, a node added): its first ready connection
- * reports a failover (on_data_loss STORE_LOSS_FAILOVER) and it serves
- * nothing but the check of every lease until store_loss_checked, as in
- * Sentinel mode; wider than needed for a node that got its slots by
- * migration, never narrower. A pool whose address is no master in a new
- * map is closed (its pending calls come back: see above) and freed once
- * closed. While a master of the map is unreachable, the map is asked for
- * every DOWN_REFRESH_MS, so a failover is followed within about that.
+ * over (a replica promoted, a node added, a node a redirect named): its
+ * first ready connection reports a failover (on_data_loss
+ * STORE_LOSS_FAILOVER) and it serves nothing but the check of every lease
+ * until store_loss_checked, as in Sentinel mode; wider than needed for a
+ * node that got its slots by migration, never narrower. A pool whose
+ * address is no master in a new map is closed (its pending calls come
+ * back: see above) and freed once closed, at the next map or check. While
+ * a master of the map is unreachable, the map is asked for every
+ * DOWN_REFRESH_MS, so a failover is followed within about that. The map
+ * read after a MOVED is taken even when it did not change, which undoes
+ * the owner a MOVED set if the map does not say so.
  *
  * Data loss, per master: each pool compares the run_id on reconnect, and
  * each master has its canary (canary.c), on a key of this broker in a
@@ -75,6 +89,7 @@
 
 #define POOLS_MAX (CLUSTER_MASTERS_MAX * 2)
 #define MAX_REDIRECTS 32 /* a bound on loops; the budget is what stops a call */
+#define FAST_REDIRECTS 4 /* redirects followed at once; then with backoff */
 #define REDIRECT_BUDGET_MS 2000
 #define BACKOFF_FIRST_MS 10
 #define BACKOFF_MAX_MS 200
@@ -105,6 +120,8 @@ struct ccall {
 	int sent_to;          /* pool it was last sent to */
 	uint32_t backoff_ms;
 	bool replayed;        /* a copy went out whose fate is unknown */
+	bool in_later;        /* in C.later */
+	bool parked;          /* there behind an earlier call of its route, no timer */
 	struct ccall *prev, *next; /* in C.later, while waiting */
 	timer_ent_t later;
 	const char **argv;
@@ -123,12 +140,13 @@ static struct {
 	bool replayed;             /* the delivery under way (cluster_replayed) */
 	char name[64];             /* CLIENT SETNAME prefix */
 	char channel[128];         /* this broker's inbox channel */
-	struct ccall *later;       /* calls waiting for a retry, a list */
+	struct ccall *later;       /* calls waiting to go (again), oldest first */
 	size_t nlater;
 	timer_ent_t down_timer;    /* asks for the map while a master is down */
 } C;
 
 static int send_call(struct ccall *cc);
+static void pools_reap(bool all);
 
 /* ---- pools --------------------------------------------------------------- */
 
@@ -155,6 +173,7 @@ static bool any_master_down(void)
 static void on_down_timer(timer_ent_t *t)
 {
 	(void)t;
+	pools_reap(false);
 	if (C.closing || !any_master_down())
 		return;
 	cluster_topo_refresh();
@@ -172,8 +191,15 @@ static void on_pool_up(void)
 	C.E.on_up();
 }
 
+/* A master may have lost data (or took over): every lease is checked
+ * again; a failover check under way on any pool now ends with that one
+ * (watchdog_verify_all), so each pool's wait for it counts from now. */
 static void on_pool_loss(const char *why)
 {
+	for (int k = 0; k < POOLS_MAX; k++) {
+		if (C.pools[k] && C.pools[k]->slots >= 0)
+			rpool_check_extend(C.pools[k]->pool);
+	}
 	C.E.on_data_loss(why);
 }
 
@@ -300,6 +326,17 @@ static void place_canary(int k)
 			return;
 		}
 	}
+	LOG(LOG_WARN, "msg=\"no canary key found for a redis cluster master\" addr=%s:%d slots=%d",
+	    p->addr.host, p->addr.port, p->slots);
+}
+
+static bool in_map(const cluster_map_t *map, const struct cpool *p)
+{
+	for (int m = 0; m < map->nmasters; m++) {
+		if (map->masters[m].port == p->addr.port && strcmp(map->masters[m].host, p->addr.host) == 0)
+			return true;
+	}
+	return false;
 }
 
 static void on_map(const cluster_map_t *map)
@@ -309,6 +346,18 @@ static void on_map(const cluster_map_t *map)
 
 	if (C.closing)
 		return;
+	/* The nodes that are no master now go first (their calls come back
+	 * and go where this map says), then the new masters get pools. */
+	for (int k = 0; k < POOLS_MAX; k++) {
+		struct cpool *p = C.pools[k];
+		if (!p || p->slots < 0 || in_map(map, p))
+			continue;
+		if (p->master)
+			LOG(LOG_WARN, "msg=\"redis cluster node no longer a master\" addr=%s:%d",
+			    p->addr.host, p->addr.port);
+		pool_retire(p);
+	}
+	pools_reap(false);
 	for (int m = 0; m < map->nmasters; m++) {
 		const host_port_t *hp = &map->masters[m];
 		idx[m] = pool_index(hp->host, hp->port);
@@ -333,24 +382,44 @@ static void on_map(const cluster_map_t *map)
 	}
 	C.have_map = true;
 	for (int k = 0; k < POOLS_MAX; k++) {
-		struct cpool *p = C.pools[k];
-		if (!p || p->slots < 0)
-			continue;
-		if (!p->master) {
-			LOG(LOG_WARN, "msg=\"redis cluster node no longer a master\" addr=%s:%d",
-			    p->addr.host, p->addr.port);
-			pool_retire(p);
-			continue;
-		}
-		place_canary(k);
+		if (C.pools[k] && C.pools[k]->master)
+			place_canary(k);
 	}
-	pools_reap(false);
 	if (any_master_down())
 		watch_down();
-	LOG(LOG_INFO, "msg=\"redis cluster slot map\" masters=%d", map->nmasters);
 }
 
-/* ---- calls --------------------------------------------------------------- */
+/* ---- the waiting list ------------------------------------------------------
+ *
+ * Calls that wait to go (again) are kept in one list, oldest first. A call
+ * waits either on its own backoff timer, or parked: behind an earlier call
+ * of its route (its lock) that waits, so that the calls of one lock still
+ * leave in their order when one of them has to wait. */
+
+static bool later_has_route(uint32_t route)
+{
+	for (struct ccall *k = C.later; k; k = k->next)
+		if (k->route == route)
+			return true;
+	return false;
+}
+
+static void later_append(struct ccall *cc)
+{
+	struct ccall *t = C.later;
+
+	cc->next = NULL;
+	cc->prev = NULL;
+	while (t && t->next)
+		t = t->next;
+	if (t) {
+		t->next = cc;
+		cc->prev = t;
+	} else {
+		C.later = cc;
+	}
+	C.nlater++;
+}
 
 static void later_remove(struct ccall *cc)
 {
@@ -374,7 +443,8 @@ static void give_up(struct ccall *cc, const redisReply *reply)
 	if (!logged_at || now - logged_at >= 5000) {
 		logged_at = now;
 		LOG(LOG_WARN, "msg=\"a redis cluster call gave up after redirects and retries\" slot=%u "
-		    "tries=%d err=\"%.100s\"", (unsigned)cc->slot, cc->redirects + 1, reply->str);
+		    "tries=%d err=\"%.100s\"", (unsigned)cc->slot, cc->redirects + 1,
+		    reply ? reply->str : "no master for its slot");
 	}
 }
 
@@ -388,17 +458,9 @@ static void finish(struct ccall *cc, const redisReply *reply)
 	free(cc);
 }
 
-static void on_later(timer_ent_t *t)
-{
-	struct ccall *cc = (struct ccall *)((char *)t - offsetof(struct ccall, later));
-
-	later_remove(cc);
-	if (send_call(cc) < 0)
-		finish(cc, NULL);
-}
-
-/* Tries cc again after its backoff, if its budget allows; false if not. */
-static bool retry_later(struct ccall *cc)
+/* Arms cc's backoff (in the list already, or appended), if its budget
+ * allows another try; false if not. */
+static bool arm(struct ccall *cc)
 {
 	uint64_t at = timers_now() + cc->backoff_ms;
 
@@ -406,14 +468,68 @@ static bool retry_later(struct ccall *cc)
 		return false;
 	cc->redirects++;
 	cc->backoff_ms = cc->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : cc->backoff_ms * 2;
-	cc->next = C.later;
-	cc->prev = NULL;
-	if (C.later)
-		C.later->prev = cc;
-	C.later = cc;
-	C.nlater++;
+	if (!cc->in_later) {
+		later_append(cc);
+		cc->in_later = true;
+	}
+	cc->parked = false;
 	timer_at(&cc->later, at);
 	return true;
+}
+
+/* Tries cc again after its backoff; false when its budget is spent. */
+static bool retry_later(struct ccall *cc)
+{
+	return arm(cc);
+}
+
+/* The calls parked behind a call of route that left the list: they go, in
+ * order, until one of them cannot (it then waits on its own backoff). */
+static void release_parked(uint32_t route)
+{
+	struct ccall *k = C.later;
+
+	while (k) {
+		struct ccall *next = k->next;
+		if (k->route != route) {
+			k = next;
+			continue;
+		}
+		if (!k->parked)
+			return; /* waits on its own timer: the ones behind stay parked */
+		if (send_call(k) == 0) {
+			later_remove(k);
+			k->in_later = false;
+		} else if (!arm(k)) {
+			later_remove(k);
+			k->in_later = false;
+			give_up(k, NULL);
+			finish(k, NULL);
+		} else {
+			return;
+		}
+		k = next;
+	}
+}
+
+static void on_later(timer_ent_t *t)
+{
+	struct ccall *cc = (struct ccall *)((char *)t - offsetof(struct ccall, later));
+	uint32_t route = cc->route;
+
+	int rc = send_call(cc);
+
+	if (rc < 0 && arm(cc))
+		return; /* still no master takes it: later again */
+	/* Sent, or out of budget: it leaves the list, and what waited
+	 * behind it may go. */
+	later_remove(cc);
+	cc->in_later = false;
+	if (rc < 0) {
+		give_up(cc, NULL);
+		finish(cc, NULL);
+	}
+	release_parked(route);
 }
 
 static bool error_is(const redisReply *r, const char *code)
@@ -430,6 +546,8 @@ static void on_reply(const redisReply *reply, void *priv)
 	struct cpool *from = cc->sent_to >= 0 ? C.pools[cc->sent_to] : NULL;
 	cluster_redirect_t rd;
 
+	if (rpool_replayed())
+		cc->replayed = true; /* a copy may have run: it stays so wherever it goes next */
 	if (C.closing) {
 		finish(cc, reply);
 		return;
@@ -443,14 +561,20 @@ static void on_reply(const redisReply *reply, void *priv)
 		if (rd.ask) {
 			cc->ask = to;
 		} else {
-			if (to >= 0)
-				C.owner[rd.slot] = (int16_t)to;
+			if (to >= 0 && rd.slot == cc->slot)
+				C.owner[rd.slot] = (int16_t)to; /* until the map says */
 			cluster_topo_refresh();
 		}
 		if (to >= 0 && cc->redirects < MAX_REDIRECTS && timers_now() < cc->budget_end) {
-			cc->redirects++;
-			/* A node not connected yet takes it after a backoff. */
-			if (send_call(cc) == 0 || retry_later(cc))
+			/* At once, the first few times; then (nodes that send it
+			 * back and forth, a node not connected yet) after a
+			 * backoff. */
+			if (cc->redirects < FAST_REDIRECTS) {
+				cc->redirects++;
+				if (send_call(cc) == 0)
+					return;
+			}
+			if (retry_later(cc))
 				return;
 		}
 		give_up(cc, reply);
@@ -480,8 +604,12 @@ static void on_reply(const redisReply *reply, void *priv)
  * named). 0: on its way; -1: no master of its slot takes it now. */
 static int send_call(struct ccall *cc)
 {
-	int k = cc->ask >= 0 ? cc->ask : C.owner[cc->slot];
-	int wait = cc->wait | (cc->ask >= 0 ? RP_ASKING : 0);
+	int k, wait;
+
+	if (cc->ask >= 0 && (!C.pools[cc->ask] || C.pools[cc->ask]->slots < 0))
+		cc->ask = -1; /* the node it was sent to is gone: the map says */
+	k = cc->ask >= 0 ? cc->ask : C.owner[cc->slot];
+	wait = cc->wait | (cc->ask >= 0 ? RP_ASKING : 0);
 
 	if (k < 0 || !C.pools[k] || C.pools[k]->slots < 0)
 		return -1;
@@ -533,6 +661,13 @@ static int cluster_eval(const char *route, size_t route_len, script_id_t script,
 	cc->sent_to = -1;
 	cc->backoff_ms = BACKOFF_FIRST_MS;
 	timer_init(&cc->later, on_later);
+	if (C.nlater > 0 && later_has_route(cc->route)) {
+		/* An earlier call of this lock waits: this one goes after it. */
+		later_append(cc);
+		cc->in_later = true;
+		cc->parked = true;
+		return 0;
+	}
 	if (send_call(cc) == 0)
 		return 0;
 	if (retry_until > now && retry_later(cc))
@@ -587,8 +722,9 @@ static void cluster_free(void)
 
 static void cluster_loss_checked(void)
 {
+	/* Every live pool: one a redirect made is checked too. */
 	for (int k = 0; k < POOLS_MAX; k++) {
-		if (C.pools[k] && C.pools[k]->master)
+		if (C.pools[k] && C.pools[k]->slots >= 0)
 			rpool_check_done(C.pools[k]->pool);
 	}
 }

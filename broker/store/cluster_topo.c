@@ -50,6 +50,7 @@ static struct {
 	host_port_t cand[CLUSTER_MASTERS_MAX + CLUSTER_SEEDS_MAX];
 	int ncand, at;
 	bool asking, again, closing;
+	bool deliver; /* a refresh was asked for: the next map goes out, same or not */
 	uint32_t round_ms;
 	/* The question out. */
 	redisAsyncContext *ac;
@@ -118,6 +119,7 @@ void cluster_topo_refresh(void)
 {
 	if (T.closing || !T.loop)
 		return;
+	T.deliver = true;
 	if (T.asking) {
 		T.again = true;
 		return;
@@ -179,11 +181,12 @@ static void on_slots(redisAsyncContext *ac, void *r, void *priv)
 	timer_cancel(&T.ask_timeout);
 	if (unserved > 0)
 		LOG(LOG_WARN, "msg=\"cluster slots without a master\" slots=%d", unserved);
-	if (!T.have || !same_map(&T.map, &T.next)) {
+	if (!T.have || T.deliver || !same_map(&T.map, &T.next)) {
 		T.map = T.next;
 		T.have = true;
 		T.on_map(&T.map);
 	}
+	T.deliver = T.again; /* a refresh during this round: its own answer goes out too */
 	if (T.again && !T.closing)
 		start_round();
 }

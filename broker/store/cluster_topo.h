@@ -5,7 +5,9 @@
  * (cluster_topo_refresh: after a MOVED, coalesced, so a burst of redirects
  * costs one or two questions) and every CLUSTER_REFRESH_MS anyway (a node
  * added or removed that no redirect told of). on_map runs with each map
- * that differs from the last one given.
+ * that differs from the last one given, and with the first map read after
+ * cluster_topo_refresh even when it does not (the caller may have changed
+ * its copy on a redirect's word).
  *
  * Never blocks the loop: host names are resolved with uv_getaddrinfo.
  * One instance per process (the broker follows one cluster).

@@ -41,6 +41,8 @@
 
 static void rconn_connect(rconn_t *c);
 
+char rp_sha[SCRIPT__COUNT][41];
+
 /* Where the pool's connections go, for the log ("host:port" or the
  * socket's path); valid until the next call. */
 static const char *where(const rpool_t *pool)
@@ -236,6 +238,12 @@ static void handshake_step(rconn_t *c)
 	}
 }
 
+void rpool_check_extend(rpool_t *pool)
+{
+	if (pool->checking)
+		timer_at(&pool->check_timer, timers_now() + CHECK_TIMEOUT_MS);
+}
+
 void rpool_check_done(rpool_t *pool)
 {
 	if (!pool->checking)
@@ -344,8 +352,8 @@ static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
 				pool->on_not_master();
 		}
 	} else if (step >= 0 && reply->type == REDIS_REPLY_STRING && reply->len == 40) {
-		memcpy(pool->sha[step], reply->str, 40);
-		pool->sha[step][40] = '\0';
+		memcpy(rp_sha[step], reply->str, 40);
+		rp_sha[step][40] = '\0';
 	}
 	handshake_step(c);
 }

@@ -99,6 +99,10 @@ bool rpool_set_target(rpool_t *p, const char *host, int port, bool failover);
  * with failover does: for a new pool on a master that took over (Redis
  * Cluster: a replica promoted). Call before the loop runs again. */
 void rpool_expect_failover(rpool_t *p);
+/* Another check starts while this pool is closed for one (it supersedes
+ * the first: watchdog_verify_all): the pool's CHECK_TIMEOUT_MS counts
+ * again from now, so it cannot open before the newer check could end. */
+void rpool_check_extend(rpool_t *pool);
 /* The data-loss check that on_data_loss started is over: the pool opens. */
 void rpool_check_done(rpool_t *p);
 /* True once rpool_close finished: every connection is gone; only then may

@@ -484,7 +484,7 @@ int rpool_eval(rpool_t *pool, uint32_t route, script_id_t script, int nkeys, int
 	rcmd_t *cmd;
 	char *p, nkeys_buf[24];
 
-	if (!pool->sha[script][0] || (!c && retry_until <= timers_now()) || pool->closing)
+	if (!rp_sha[script][0] || (!c && retry_until <= timers_now()) || pool->closing)
 		return -1;
 	/* Each bulk costs at most 1 + 20 digits + 4 bytes of framing. */
 	for (int k = 0; k < argc; k++)
@@ -516,7 +516,7 @@ int rpool_eval(rpool_t *pool, uint32_t route, script_id_t script, int nkeys, int
 	*p++ = '\r';
 	*p++ = '\n';
 	p = put_bulk(p, "EVALSHA", 7);
-	p = put_bulk(p, pool->sha[script], 40);
+	p = put_bulk(p, rp_sha[script], 40);
 	p = put_bulk(p, nkeys_buf, (size_t)(put_uint(nkeys_buf, (size_t)nkeys) - nkeys_buf));
 	for (int k = 0; k < argc; k++) {
 		p = put_bulk(p, argv[k], argvlen[k]);

@@ -147,7 +147,6 @@ struct rpool_state {
 	timer_ent_t check_timer;
 	size_t pending;     /* commands accepted whose callback has not run */
 	cmdlist_t waiting;  /* lost replies waiting for a connection to resend */
-	char sha[SCRIPT__COUNT][41];
 	char run_id[RUN_ID_LEN + 1]; /* of the Redis last seen; "" before */
 	const char *loss;            /* a data loss to report once a
 	                              * connection is ready, or NULL */
@@ -169,6 +168,12 @@ struct rpool_state {
 	int npins;
 };
 
+
+/* The scripts' SHA1s, as SCRIPT LOAD answered them: the same on every
+ * Redis (the digest of the text), so shared by every pool; a new pool (a
+ * cluster master that took over) can take calls before its own
+ * connections loaded the scripts. "" until the first answer. */
+extern char rp_sha[SCRIPT__COUNT][41];
 
 /* rpool.c: the connections. */
 /* c takes commands: READY, and hiredis is not tearing its context down. */

@@ -86,6 +86,16 @@ static void on_inbox_subscribed(void *priv)
 	E.on_rewatch();
 }
 
+/* Redis may have lost data: every lease is checked again (a new pass of
+ * watchdog_verify_all); a failover check under way now ends with that one,
+ * so the pool's wait for it counts from now. */
+static void on_loss(const char *why)
+{
+	if (P)
+		rpool_check_extend(P);
+	E.on_data_loss(why);
+}
+
 static void single_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *events)
 {
 	char channel[128], name[64];
@@ -101,7 +111,7 @@ static void single_start(uv_loop_t *loop, const lb_config_t *cfg, const store_ev
 	M.sentinel = cfg->redis.kind == URL_SENTINEL;
 	cb = (rpool_callbacks_t){
 		.on_up = E.on_up,
-		.on_data_loss = E.on_data_loss,
+		.on_data_loss = on_loss,
 		.on_not_master = M.sentinel ? sentinel_ask : NULL,
 		.on_lost = M.sentinel ? sentinel_ask : NULL,
 		.require_master = M.sentinel,
@@ -112,7 +122,7 @@ static void single_start(uv_loop_t *loop, const lb_config_t *cfg, const store_ev
 	{
 		char key[128];
 		int n = snprintf(key, sizeof(key), "%sbroker:{%s}:canary", cfg->prefix, server.id);
-		K = canary_start(key, (size_t)n, E.on_data_loss);
+		K = canary_start(key, (size_t)n, on_loss);
 	}
 	if (M.sentinel)
 		sentinel_start(loop, &cfg->redis, on_master);
