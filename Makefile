@@ -37,7 +37,7 @@ CLUSTER_SRCS := $(wildcard tests/cluster/*.c)
 REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.o
 SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o
 
-.PHONY: all deps run test unit integration ha cluster clean install bench bench-ha bench-tools fuzz fuzz-protocol deps-check
+.PHONY: all deps run test unit integration ha cluster clean install bench bench-ha bench-cluster bench-tools fuzz fuzz-protocol deps-check
 # lockctl, the command-line client, is built once its sources exist.
 LOCKCTL_BIN := $(if $(LOCKCTL_SRCS),build/lockctl)
 LOCKCTL_SAN := $(if $(LOCKCTL_SRCS),build/san/lockctl)
@@ -94,7 +94,7 @@ build/san/integration_tests: $(patsubst %.c,build/san/%.o,$(INTEG_SRCS)) build/s
 # whole binary, with the integration harness for brokers and clients. Its
 # tests kill masters, so they run one at a time (--jobs 1).
 build/san/ha_tests: $(patsubst %.c,build/san/%.o,$(HA_SRCS)) build/san/tests/integration/harness.o \
-                    build/san/tests/integration/mclient.o \
+                    build/san/tests/integration/mclient.o build/san/tests/common/rnode.o \
                     build/san/liblb.a | build/san/lockbrokerd
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
 # Redis Cluster tests (issue 17; tests/cluster/cl.h): one 3-master cluster
@@ -103,7 +103,8 @@ build/san/ha_tests: $(patsubst %.c,build/san/%.o,$(HA_SRCS)) build/san/tests/int
 # masters and move slots, so they run one at a time (--jobs 1).
 build/san/cluster_tests: $(patsubst %.c,build/san/%.o,$(CLUSTER_SRCS)) \
                          build/san/tests/integration/harness.o build/san/tests/ha/keeper.o \
-                         build/san/tests/integration/mclient.o \
+                         build/san/tests/integration/mclient.o build/san/tests/integration/workload.o \
+                         build/san/tests/common/rnode.o \
                          build/san/liblb.a | build/san/lockbrokerd
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
 
@@ -158,6 +159,10 @@ install: build/lockbrokerd $(LOCKCTL_BIN)
 bench: bench-tools
 	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/run.sh
 	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/ha.sh
+	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/cluster.sh
+
+bench-cluster: bench-tools
+	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/cluster.sh
 
 bench-ha: bench-tools
 	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/ha.sh

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "tests/cluster/ctopo.h"
+#include "tests/common/rnode.h"
 
 #define IMBALANCE_GRACE_MS 3000
 #define MOVE_AGREE_MS 10000
@@ -147,37 +148,6 @@ static void drop_conn(const ctopo *t, int port)
     }
 }
 
-/* A short-lived command whose failure is only worth a note: the cluster is
- * being mended. */
-static void soft_cmd(int port, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    struct timeval tv = {.tv_sec = 1};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    if (c && !c->err) {
-        redisSetTimeout(c, tv);
-        redisReply *r = redisvCommand(c, fmt, ap);
-        if (r)
-            freeReplyObject(r);
-    }
-    if (c)
-        redisFree(c);
-    va_end(ap);
-}
-
-/* Undo cl_pause_replication (and any CONFIG SET of the same) on port. */
-static void clear_master_login(int port)
-{
-    redisReply *r = ctopo_cmd(port, 1000, "CONFIG GET masteruser");
-    bool set = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-               r->element[1]->type == REDIS_REPLY_STRING && r->element[1]->len > 0;
-    if (r)
-        freeReplyObject(r);
-    if (set)
-        soft_cmd(port, "CONFIG SET masteruser %s masterauth %s", "", "");
-}
-
 /* CLUSTER NODES of the first live node that answers (skipping skip);
  * returns its port, or -1. */
 static int any_view(const ctopo *t, int skip, ctopo_view *v)
@@ -253,7 +223,7 @@ static int mend_mute(const ctopo *t, mend_state *st, char *why, size_t whylen)
     for (int i = 0; i < CTOPO_NODES; i++) {
         int p = t->port[i];
         pid_t pid = ctopo_node_pid(t, p);
-        redisReply *r = pid > 0 ? ctopo_cmd(p, 1000, "PING") : NULL;
+        redisReply *r = pid > 0 ? rnode_cmd(p, 1000, "PING") : NULL;
         bool pong = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
         if (r)
             freeReplyObject(r);
@@ -356,7 +326,7 @@ static int mend_orphan(const ctopo *t, mend_state *st, const ctopo_view *v, char
     }
     fprintf(stderr, "cl_ready: master %d has had no replica for %d ms: CLUSTER REPLICATE on "
                     "%d\n", orphan->port, IMBALANCE_GRACE_MS, spare->port);
-    soft_cmd(spare->port, "CLUSTER REPLICATE %s", orphan->id);
+    rnode_soft_cmd(spare->port, "CLUSTER REPLICATE %s", orphan->id);
     st->orphan_since = 0;
     snprintf(why, whylen, "made %d a replica of %d", spare->port, orphan->port);
     return -1;
@@ -380,13 +350,13 @@ static int mend(const ctopo *t, mend_state *st, char *why, size_t whylen)
     int rc = 0;
     for (int i = 0; i < CTOPO_NODES; i++) {
         int p = t->port[i];
-        soft_cmd(p, "CLIENT UNPAUSE");
-        clear_master_login(p);
+        rnode_soft_cmd(p, "CLIENT UNPAUSE");
+        rnode_clear_master_login(p);
         ctopo_view own;
         const ctopo_node *me = ctopo_view_of(p, &own) == 0 ? ctopo_view_myself(&own) : NULL;
         for (int k = 0; me && k < me->nopen && k < (int)(sizeof(me->open) / sizeof(me->open[0]));
              k++) {
-            soft_cmd(p, "CLUSTER SETSLOT %d STABLE", me->open[k]);
+            rnode_soft_cmd(p, "CLUSTER SETSLOT %d STABLE", me->open[k]);
             snprintf(why, whylen, "node %d had slot %d open: set it STABLE", p, me->open[k]);
             rc = -1;
         }
@@ -619,7 +589,7 @@ redisReply *cl_node_try_cmd(int port, int timeout_ms, const char *fmt, ...)
 const char *cl_node_role(int port)
 {
     char role[32];
-    cr_assert(ctopo_info(port, "replication", "role", role, sizeof(role)) == 0,
+    cr_assert(rnode_info(port, "replication", "role", role, sizeof(role)) == 0,
               "no INFO role from node %d", port);
     return keep_str(role);
 }
@@ -627,7 +597,7 @@ const char *cl_node_role(int port)
 const char *cl_node_state(int port)
 {
     char state[32];
-    cr_assert(ctopo_info(port, "cluster", "cluster_state", state, sizeof(state)) == 0,
+    cr_assert(rnode_info(port, "cluster", "cluster_state", state, sizeof(state)) == 0,
               "no cluster_state from node %d", port);
     return keep_str(state);
 }
@@ -656,22 +626,7 @@ void cl_start_node(int port)
 
 void cl_pause_replication(int replica_port)
 {
-    cr_assert_str_eq(cl_node_role(replica_port), "slave",
-                     "cl_pause_replication: node %d is not a replica", replica_port);
-    redisReply *r = cl_node_cmd(replica_port, "CONFIG SET masteruser %s masterauth %s",
-                                "lb-cl-paused", "lb-cl-paused");
-    cr_assert(r->type == REDIS_REPLY_STATUS, "CONFIG SET masteruser on %d: %s", replica_port,
-              r->str ? r->str : "?");
-    r = cl_node_cmd(replica_port, "CLIENT KILL TYPE master");
-    cr_assert(r->type == REDIS_REPLY_INTEGER && r->integer == 1,
-              "CLIENT KILL TYPE master on %d killed no master link", replica_port);
-    char link[32] = "";
-    for (int64_t end = lb_now_ms() + 3000;
-         ctopo_info(replica_port, "replication", "master_link_status", link, sizeof(link)) != 0 ||
-         strcmp(link, "down") != 0;
-         lb_sleep_ms(10))
-        cr_assert(lb_now_ms() < end, "replica %d: master_link_status '%s' 3 s after the cut",
-                  replica_port, link);
+    rnode_pause_replication(replica_port);
 }
 
 /* 0 when the failover is over as cl_wait_failover says; lowest < 0: the
@@ -684,7 +639,7 @@ static bool failed_over(const ctopo *t, int old, int lowest, const int *reps, in
         if (!live(t, p))
             continue;
         char state[16] = "";
-        if (ctopo_info(p, "cluster", "cluster_state", state, sizeof(state)) != 0 ||
+        if (rnode_info(p, "cluster", "cluster_state", state, sizeof(state)) != 0 ||
             strcmp(state, "ok") != 0 || ctopo_slot_map(p, owner) != 0)
             return false;
         for (int s = 0; s < SLOT_COUNT; s++)

@@ -42,6 +42,7 @@
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
 
+#include "tests/common/rnode.h"
 #include "tests/ha/keeper.h"
 #include "tests/integration/harness.h"
 
@@ -243,7 +244,7 @@ static int wait_ping(pid_t pid, int port, const char *log, char *err, size_t err
                      port, log);
             return -1;
         }
-        redisReply *r = ctopo_cmd(port, 500, "PING");
+        redisReply *r = rnode_cmd(port, 500, "PING");
         bool ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
         if (r)
             freeReplyObject(r);
@@ -308,48 +309,6 @@ pid_t ctopo_start_node(const ctopo *t, int port, char *err, size_t errlen)
 
 /* ---- queries -------------------------------------------------------------------- */
 
-redisReply *ctopo_cmd(int port, int timeout_ms, const char *fmt, ...)
-{
-    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    redisReply *r = NULL;
-    if (c && !c->err && redisSetTimeout(c, tv) == REDIS_OK) {
-        va_list ap;
-        va_start(ap, fmt);
-        r = redisvCommand(c, fmt, ap);
-        va_end(ap);
-    }
-    if (c)
-        redisFree(c);
-    return r;
-}
-
-/* "field:value" lines of INFO-like text. */
-static int text_field(const char *text, const char *field, char *out, size_t outlen)
-{
-    size_t fl = strlen(field);
-    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-        if (strncmp(p, field, fl) == 0 && p[fl] == ':') {
-            size_t vl = strcspn(p + fl + 1, "\r\n");
-            snprintf(out, outlen, "%.*s", (int)vl, p + fl + 1);
-            return 0;
-        }
-    }
-    return -1;
-}
-
-int ctopo_info(int port, const char *section, const char *field, char *out, size_t outlen)
-{
-    redisReply *r = strcmp(section, "cluster") == 0 ? ctopo_cmd(port, QUERY_MS, "CLUSTER INFO")
-                                                    : ctopo_cmd(port, QUERY_MS, "INFO %s", section);
-    int rc = -1;
-    if (r && r->type == REDIS_REPLY_STRING)
-        rc = text_field(r->str, field, out, outlen);
-    if (r)
-        freeReplyObject(r);
-    return rc;
-}
-
 /* One CLUSTER NODES line into n; -1 if it is not one. */
 static int parse_node_line(char *line, ctopo_node *n)
 {
@@ -398,7 +357,7 @@ static int parse_node_line(char *line, ctopo_node *n)
 int ctopo_view_of(int port, ctopo_view *v)
 {
     memset(v, 0, sizeof(*v));
-    redisReply *r = ctopo_cmd(port, QUERY_MS, "CLUSTER NODES");
+    redisReply *r = rnode_cmd(port, QUERY_MS, "CLUSTER NODES");
     if (!r || r->type != REDIS_REPLY_STRING) {
         if (r)
             freeReplyObject(r);
@@ -450,7 +409,7 @@ static int entry_port(const redisReply *e)
 /* CLUSTER SLOTS, checked for shape; NULL if it does not answer. */
 static redisReply *cluster_slots(int port)
 {
-    redisReply *r = ctopo_cmd(port, QUERY_MS, "CLUSTER SLOTS");
+    redisReply *r = rnode_cmd(port, QUERY_MS, "CLUSTER SLOTS");
     bool ok = r && r->type == REDIS_REPLY_ARRAY;
     for (size_t i = 0; ok && i < r->elements; i++) {
         const redisReply *e = r->element[i];
@@ -575,13 +534,13 @@ out:
 static int node_healthy(const ctopo *t, int port, char *why, size_t whylen)
 {
     char state[32] = "", assigned[16] = "", ok[16] = "", known[16] = "", size[16] = "";
-    redisReply *r = ctopo_cmd(port, QUERY_MS, "CLUSTER INFO");
+    redisReply *r = rnode_cmd(port, QUERY_MS, "CLUSTER INFO");
     if (r && r->type == REDIS_REPLY_STRING) {
-        text_field(r->str, "cluster_state", state, sizeof(state));
-        text_field(r->str, "cluster_slots_assigned", assigned, sizeof(assigned));
-        text_field(r->str, "cluster_slots_ok", ok, sizeof(ok));
-        text_field(r->str, "cluster_known_nodes", known, sizeof(known));
-        text_field(r->str, "cluster_size", size, sizeof(size));
+        rnode_text_field(r->str, "cluster_state", state, sizeof(state));
+        rnode_text_field(r->str, "cluster_slots_assigned", assigned, sizeof(assigned));
+        rnode_text_field(r->str, "cluster_slots_ok", ok, sizeof(ok));
+        rnode_text_field(r->str, "cluster_known_nodes", known, sizeof(known));
+        rnode_text_field(r->str, "cluster_size", size, sizeof(size));
     }
     if (r)
         freeReplyObject(r);
@@ -616,7 +575,7 @@ static int node_healthy(const ctopo *t, int port, char *why, size_t whylen)
         }
     }
     char role[16] = "", link[16] = "", mport[16] = "";
-    ctopo_info(port, "replication", "role", role, sizeof(role));
+    rnode_info(port, "replication", "role", role, sizeof(role));
     if (me->master) {
         if (strcmp(role, "master") != 0) {
             snprintf(why, whylen, "node %d: a master in CLUSTER NODES but role '%s'", port, role);
@@ -625,8 +584,8 @@ static int node_healthy(const ctopo *t, int port, char *why, size_t whylen)
         return 0;
     }
     const ctopo_node *m = ctopo_view_id(&v, me->master_id);
-    ctopo_info(port, "replication", "master_port", mport, sizeof(mport));
-    ctopo_info(port, "replication", "master_link_status", link, sizeof(link));
+    rnode_info(port, "replication", "master_port", mport, sizeof(mport));
+    rnode_info(port, "replication", "master_link_status", link, sizeof(link));
     if (!m || strcmp(role, "slave") != 0 || atoi(mport) != m->port || strcmp(link, "up") != 0) {
         snprintf(why, whylen, "replica %d: role '%s', master_port '%s', link '%s' (want slave "
                               "of %d, up)", port, role, mport, link, m ? m->port : -1);
@@ -639,7 +598,7 @@ void ctopo_flush(const ctopo *t)
 {
     for (int i = 0; i < CTOPO_NODES; i++) {
         pid_t pid = ctopo_node_pid(t, t->port[i]);
-        redisReply *r = pid > 0 && !ctopo_pid_stopped(pid) ? ctopo_cmd(t->port[i], 500, "FLUSHALL")
+        redisReply *r = pid > 0 && !ctopo_pid_stopped(pid) ? rnode_cmd(t->port[i], 500, "FLUSHALL")
                                                            : NULL;
         if (r)
             freeReplyObject(r);
@@ -686,8 +645,8 @@ void ctopo_describe(const ctopo *t, char *out, size_t outlen)
             PUT("\n  node %d: pid %d, %s", p, (int)pid, pid ? "does not answer" : "not running");
             continue;
         }
-        ctopo_info(p, "cluster", "cluster_state", state, sizeof(state));
-        ctopo_info(p, "replication", "master_link_status", link, sizeof(link));
+        rnode_info(p, "cluster", "cluster_state", state, sizeof(state));
+        rnode_info(p, "replication", "master_link_status", link, sizeof(link));
         const ctopo_node *me = ctopo_view_myself(&v);
         const ctopo_node *m = me && !me->master ? ctopo_view_id(&v, me->master_id) : NULL;
         PUT("\n  node %d: pid %d, state %s, flags %s", p, (int)pid, state, me ? me->flags : "?");

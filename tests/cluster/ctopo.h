@@ -87,12 +87,6 @@ bool ctopo_pid_stopped(pid_t pid);
  * and waits again. True if it ended within timeout_ms. */
 bool ctopo_stop_pid(pid_t pid, int sig, int timeout_ms);
 
-/* A command on a new connection to 127.0.0.1:port, closed afterwards; NULL
- * when unreachable or timed out. The caller frees the reply. */
-redisReply *ctopo_cmd(int port, int timeout_ms, const char *fmt, ...);
-/* The value of "field:" in the reply of INFO SECTION (section "cluster"
- * means CLUSTER INFO) into out; -1 if unreachable or absent. */
-int ctopo_info(int port, const char *section, const char *field, char *out, size_t outlen);
 /* CLUSTER NODES of the node on port, parsed; -1 if it does not answer. */
 int ctopo_view_of(int port, ctopo_view *v);
 const ctopo_node *ctopo_view_port(const ctopo_view *v, int port);

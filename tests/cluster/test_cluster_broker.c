@@ -24,60 +24,21 @@
 
 /* ---- requests ------------------------------------------------------------ */
 
-/* Options of an acquire; -1 / NULL leaves the field out. Build with AO(...). */
-typedef struct {
-	int wait_ms;
-	int ttl_ms;
-	int limit;
-	const char *mode;
-	int watchdog;
-	int detach;
-} aopt;
-
-#define AO(...) \
-	((aopt){.wait_ms = -1, .ttl_ms = -1, .limit = -1, .mode = NULL, .watchdog = -1, \
-	        .detach = -1, __VA_ARGS__})
-
+/* LB_AO(...) overrides its own defaults. */
 #if defined(__clang__)
 #pragma clang diagnostic ignored "-Winitializer-overrides"
 #else
 #pragma GCC diagnostic ignored "-Woverride-init"
 #endif
 
-static json_t *acq_req(const char *lock, aopt o)
+/* An acquire with the broker's whole budget for it: wait_ms and 10 s. */
+static json_t *acq_call(lb_client *c, const char *lock, lb_aopt o)
 {
-	json_t *req = json_object();
-
-	json_object_set_new(req, "op", json_string("acquire"));
-	json_object_set_new(req, "lock", json_string(lock));
-	if (o.wait_ms >= 0)
-		json_object_set_new(req, "wait_ms", json_integer(o.wait_ms));
-	if (o.ttl_ms >= 0)
-		json_object_set_new(req, "ttl_ms", json_integer(o.ttl_ms));
-	if (o.limit >= 0)
-		json_object_set_new(req, "limit", json_integer(o.limit));
-	if (o.mode)
-		json_object_set_new(req, "mode", json_string(o.mode));
-	if (o.watchdog >= 0)
-		json_object_set_new(req, "watchdog", json_boolean(o.watchdog));
-	if (o.detach >= 0)
-		json_object_set_new(req, "detach", json_boolean(o.detach));
-	return req;
-}
-
-/* Sends an acquire; returns its id (owned by the harness). */
-static json_t *acq_send(lb_client *c, const char *lock, aopt o)
-{
-	return lb_send_req(c, "o", acq_req(lock, o));
-}
-
-static json_t *acq_call(lb_client *c, const char *lock, aopt o)
-{
-	return lb_call_json(c, acq_req(lock, o), (o.wait_ms > 0 ? o.wait_ms : 0) + 10000);
+	return lb_acq_call(c, lock, o, (o.wait_ms > 0 ? o.wait_ms : 0) + 10000);
 }
 
 /* An acquire that must be granted at once; returns the grant. */
-static json_t *acq_now(lb_client *c, const char *lock, aopt o)
+static json_t *acq_now(lb_client *c, const char *lock, lb_aopt o)
 {
 	o.wait_ms = 0;
 	json_t *g = acq_call(c, lock, o);
@@ -202,7 +163,7 @@ static json_int_t redirects_total(json_t *st)
  * are not the holder's, on lock x of master. */
 static void exclusive_ops(lb_client *a1, lb_client *a2, lb_client *b1, int master, const char *x)
 {
-	json_t *g = acq_now(a1, x, AO(.ttl_ms = 10000));
+	json_t *g = acq_now(a1, x, LB_AO(.ttl_ms = 10000));
 	const char *lease = lb_str(g, "lease");
 	json_int_t fence = lb_int(g, "fence");
 
@@ -211,15 +172,15 @@ static void exclusive_ops(lb_client *a1, lb_client *a2, lb_client *b1, int maste
 	expect_keys_on(master, x);
 
 	/* reentrant: the same lease, count 2, the same fence */
-	json_t *g2 = acq_now(a1, x, AO());
+	json_t *g2 = acq_now(a1, x, LB_AO());
 	cr_assert_str_eq(lb_str(g2, "lease"), lease, "%s", lb_dump(g2));
 	cr_assert_eq(lb_int(g2, "count"), 2, "%s", lb_dump(g2));
 	cr_assert_eq(lb_int(g2, "fence"), fence, "%s", lb_dump(g2));
 
 	/* others are kept out, on both brokers */
-	lb_expect_err(acq_call(a2, x, AO(.wait_ms = 0)), "timeout");
-	lb_expect_err(acq_call(b1, x, AO(.wait_ms = 0)), "timeout");
-	lb_expect_err(acq_call(b1, x, AO(.wait_ms = 150)), "timeout");
+	lb_expect_err(acq_call(a2, x, LB_AO(.wait_ms = 0)), "timeout");
+	lb_expect_err(acq_call(b1, x, LB_AO(.wait_ms = 0)), "timeout");
+	lb_expect_err(acq_call(b1, x, LB_AO(.wait_ms = 150)), "timeout");
 
 	/* inspect (from the other broker), extend, leases */
 	json_t *in = expect_state(b1, x, "exclusive", 1);
@@ -269,13 +230,13 @@ static void exclusive_ops(lb_client *a1, lb_client *a2, lb_client *b1, int maste
 
 	/* fences go up with every grant, on either broker; a stale token is
 	 * refused while the next holder holds */
-	json_t *gb = acq_now(b1, x, AO());
+	json_t *gb = acq_now(b1, x, LB_AO());
 	cr_assert_gt(lb_int(gb, "fence"), fence, "%s after %lld", lb_dump(gb), (long long)fence);
 	lb_expect_err(release(a1, lease), "not_held");
 	lb_expect_err(extend(a1, lease, 5000), "not_held");
 	expect_state(a2, x, "exclusive", 1);
 	cr_assert_eq(lb_release(b1, lb_str(gb, "lease")), 0);
-	json_t *ga = acq_now(a2, x, AO());
+	json_t *ga = acq_now(a2, x, LB_AO());
 	cr_assert_gt(lb_int(ga, "fence"), lb_int(gb, "fence"), "%s after %s", lb_dump(ga),
 	             lb_dump(gb));
 	cr_assert_eq(lb_release(a2, lb_str(ga, "lease")), 0);
@@ -287,23 +248,23 @@ static void exclusive_ops(lb_client *a1, lb_client *a2, lb_client *b1, int maste
 static void shared_ops(lb_client *a1, lb_client *a2, lb_client *b1, lb_client *b2, int master,
                        const char *s)
 {
-	json_t *ga = acq_now(a1, s, AO(.mode = "shared"));
-	json_t *gb = acq_now(b1, s, AO(.mode = "shared"));
+	json_t *ga = acq_now(a1, s, LB_AO(.mode = "shared"));
+	json_t *gb = acq_now(b1, s, LB_AO(.mode = "shared"));
 
 	cr_assert_str_eq(lb_str(ga, "mode"), "shared", "%s", lb_dump(ga));
 	cr_assert_str_eq(lb_str(gb, "mode"), "shared", "%s", lb_dump(gb));
 	cr_assert_str_neq(lb_str(ga, "lease"), lb_str(gb, "lease"));
 	expect_keys_on(master, s);
 	expect_state(a2, s, "shared", 2);
-	lb_expect_err(acq_call(a2, s, AO(.wait_ms = 0)), "timeout");
+	lb_expect_err(acq_call(a2, s, LB_AO(.wait_ms = 0)), "timeout");
 	/* shared then exclusive in one session: no upgrade */
-	lb_expect_err(acq_call(a1, s, AO(.wait_ms = 0)), "upgrade_unsupported");
+	lb_expect_err(acq_call(a1, s, LB_AO(.wait_ms = 0)), "upgrade_unsupported");
 
-	json_t *xid = acq_send(a2, s, AO(.wait_ms = 20000));
+	json_t *xid = lb_acq_send(a2, s, LB_AO(.wait_ms = 20000));
 	lb_wait_waiters(b1, s, 1, 5000);
-	lb_expect_err(acq_call(b2, s, AO(.mode = "shared", .wait_ms = 0)), "timeout");
+	lb_expect_err(acq_call(b2, s, LB_AO(.mode = "shared", .wait_ms = 0)), "timeout");
 	/* (a holder re-enters without waiting, also past the queue) */
-	json_t *again = acq_now(b1, s, AO(.mode = "shared"));
+	json_t *again = acq_now(b1, s, LB_AO(.mode = "shared"));
 	cr_assert_eq(lb_int(again, "count"), 2, "%s", lb_dump(again));
 	cr_assert_eq(lb_release(b1, lb_str(gb, "lease")), 1);
 	cr_assert_eq(lb_release(a1, lb_str(ga, "lease")), 0);
@@ -321,8 +282,8 @@ static void shared_ops(lb_client *a1, lb_client *a2, lb_client *b1, lb_client *b
 /* A semaphore of 2 permits, one on each broker; a third waits. */
 static void semaphore_ops(lb_client *a1, lb_client *a2, lb_client *b1, int master, const char *p)
 {
-	json_t *g1 = acq_now(a1, p, AO(.limit = 2));
-	json_t *g2 = acq_now(b1, p, AO(.limit = 2));
+	json_t *g1 = acq_now(a1, p, LB_AO(.limit = 2));
+	json_t *g2 = acq_now(b1, p, LB_AO(.limit = 2));
 
 	cr_assert_str_eq(lb_str(g1, "mode"), "permit", "%s", lb_dump(g1));
 	cr_assert_str_neq(lb_str(g1, "lease"), lb_str(g2, "lease"));
@@ -330,10 +291,10 @@ static void semaphore_ops(lb_client *a1, lb_client *a2, lb_client *b1, int maste
 	expect_keys_on(master, p);
 	json_t *in = expect_state(a2, p, "semaphore", 2);
 	cr_assert_eq(lb_int(in, "limit"), 2, "%s", lb_dump(in));
-	lb_expect_err(acq_call(a2, p, AO(.limit = 2, .wait_ms = 0)), "timeout");
+	lb_expect_err(acq_call(a2, p, LB_AO(.limit = 2, .wait_ms = 0)), "timeout");
 	/* its kind is fixed while it has holders */
-	cr_assert(!lb_is_ok(acq_call(a2, p, AO(.wait_ms = 0))), "an exclusive lock on a semaphore");
-	json_t *wid = acq_send(a2, p, AO(.limit = 2, .wait_ms = 20000));
+	cr_assert(!lb_is_ok(acq_call(a2, p, LB_AO(.wait_ms = 0))), "an exclusive lock on a semaphore");
+	json_t *wid = lb_acq_send(a2, p, LB_AO(.limit = 2, .wait_ms = 20000));
 	lb_wait_waiters(b1, p, 1, 5000);
 	cr_assert_eq(lb_release(b1, lb_str(g2, "lease")), 0);
 	json_t *g3 = lb_wait_response(a2, wid, 5000);
@@ -349,14 +310,14 @@ static void semaphore_ops(lb_client *a1, lb_client *a2, lb_client *b1, int maste
 static void detach_ops(lb_broker *A, lb_client *b1, int master, const char *d)
 {
 	lb_client *tmp = lb_connect(A, LB_UNIX);
-	json_t *g = acq_now(tmp, d, AO(.detach = 1, .ttl_ms = 30000));
+	json_t *g = acq_now(tmp, d, LB_AO(.detach = 1, .ttl_ms = 30000));
 	const char *lease = lb_str(g, "lease");
 
 	lb_close(tmp);
 	lb_sleep_ms(300); /* the session's end is done */
 	expect_keys_on(master, d);
 	expect_state(b1, d, "exclusive", 1);
-	lb_expect_err(acq_call(b1, d, AO(.wait_ms = 0)), "timeout");
+	lb_expect_err(acq_call(b1, d, LB_AO(.wait_ms = 0)), "timeout");
 	json_t *e = extend(b1, lease, 20000);
 	lb_expect_ok(e);
 	json_t *r = release(b1, lease);
@@ -376,10 +337,10 @@ static void session_end_ops(lb_broker *A, lb_broker *B, char name[CL_MASTERS][NA
 
 	for (int i = 0; i < CL_MASTERS; i++) {
 		const char *x = name[i][4];
-		g[i] = acq_now(h, x, AO(.ttl_ms = 30000));
-		acq_now(h, x, AO()); /* count 2: the end releases every level */
+		g[i] = acq_now(h, x, LB_AO(.ttl_ms = 30000));
+		acq_now(h, x, LB_AO()); /* count 2: the end releases every level */
 		w[i] = lb_connect(B, i % 2 ? LB_UNIX : LB_TCP);
-		wid[i] = acq_send(w[i], x, AO(.wait_ms = 20000));
+		wid[i] = lb_acq_send(w[i], x, LB_AO(.wait_ms = 20000));
 		lb_wait_waiters(w[i], x, 1, 5000);
 	}
 	json_t *ls = lb_call(h, "{s:s}", "op", "leases");
@@ -456,89 +417,9 @@ CL_TEST(cluster_broker, every_op_on_locks_of_all_three_masters, 120)
  * the calls scripts make are counted under their own names). */
 static long long script_calls(int port)
 {
-	static const char *const fields[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
 	redisReply *r = cl_node_cmd(port, "INFO commandstats");
-	long long n = 0;
 
-	cr_assert_eq(r->type, REDIS_REPLY_STRING, "INFO commandstats on %d", port);
-	for (size_t k = 0; k < sizeof(fields) / sizeof(fields[0]); k++) {
-		const char *p = strstr(r->str, fields[k]);
-		if (p)
-			n += atoll(p + strlen(fields[k]));
-	}
-	return n;
-}
-
-/* Counts, with MONITOR on a master, the commands clients send it between
- * two markers (ECHO on cl's connection), calls made inside scripts not
- * included. */
-typedef struct {
-	int port;
-	redisContext *mon;
-	long long top;
-	char sample[600];
-} monitor_t;
-
-static void monitor_start(monitor_t *m, int port)
-{
-	memset(m, 0, sizeof(*m));
-	m->port = port;
-	m->mon = redisConnectWithTimeout("127.0.0.1", port, (struct timeval){.tv_sec = 2});
-	cr_assert(m->mon && !m->mon->err, "monitor connection to %d", port);
-	redisSetTimeout(m->mon, (struct timeval){.tv_sec = 10});
-	redisReply *rep = redisCommand(m->mon, "MONITOR");
-	cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "MONITOR on %d", port);
-	freeReplyObject(rep);
-	cl_node_cmd(port, "ECHO %s", "lb-mark-start");
-}
-
-static void monitor_stop(monitor_t *m)
-{
-	bool counting = false;
-
-	cl_node_cmd(m->port, "ECHO %s", "lb-mark-end");
-	for (;;) {
-		redisReply *rep = NULL;
-		cr_assert_eq(redisGetReply(m->mon, (void **)&rep), REDIS_OK, "monitor of %d: %s",
-		             m->port, m->mon->errstr);
-		cr_assert(rep->type == REDIS_REPLY_STATUS, "monitor reply type %d", rep->type);
-		const char *line = rep->str;
-		bool end = strstr(line, "\"lb-mark-end\"") != NULL;
-		if (strstr(line, "\"lb-mark-start\"")) {
-			counting = true;
-		} else if (counting && !end && !strstr(line, " lua]")) {
-			m->top++;
-			size_t used = strlen(m->sample);
-			if (used + 100 < sizeof(m->sample))
-				snprintf(m->sample + used, sizeof(m->sample) - used, "%.90s\n", line);
-		}
-		freeReplyObject(rep);
-		if (end)
-			break;
-	}
-	redisFree(m->mon);
-	m->mon = NULL;
-}
-
-/* Waits until one of the n clients (those with pending[k]) gets a
- * message; returns its index and the message in *out. */
-static int next_message(lb_client **c, const bool *pending, int n, int timeout_ms, json_t **out)
-{
-	int64_t deadline = lb_now_ms() + timeout_ms;
-
-	for (;;) {
-		for (int k = 0; k < n; k++) {
-			if (!pending[k])
-				continue;
-			json_t *m = lb_read_msg(c[k], 0);
-			if (m) {
-				*out = m;
-				return k;
-			}
-		}
-		cr_assert_lt(lb_now_ms(), deadline, "no client was granted within %d ms", timeout_ms);
-		lb_sleep_ms(1);
-	}
+	return lb_info_number(r, "cmdstat_evalsha:calls=") + lb_info_number(r, "cmdstat_eval:calls=");
 }
 
 /* On a lock of each master, NFIFO waiters alternating between brokers A
@@ -568,7 +449,7 @@ CL_TEST(cluster_broker, fifo_across_brokers_on_every_master_without_polling, 120
 	h = lb_connect(br[0], LB_TCP);
 	for (int i = 0; i < CL_MASTERS; i++) {
 		/* a long lease without watchdog: the holder causes no renewals */
-		hg[i] = acq_now(h, lock[i], AO(.ttl_ms = 60000, .watchdog = 0));
+		hg[i] = acq_now(h, lock[i], LB_AO(.ttl_ms = 60000, .watchdog = 0));
 		for (int k = 0; k < NFIFO; k++)
 			c[i][k] = lb_connect(br[k % 2], (k / 2) % 2 ? LB_UNIX : LB_TCP);
 	}
@@ -576,7 +457,7 @@ CL_TEST(cluster_broker, fifo_across_brokers_on_every_master_without_polling, 120
 	for (int n = 0; n < NFIFO; n++) {
 		for (int i = 0; i < CL_MASTERS; i++) {
 			int k = orders[i][n];
-			ids[i][k] = acq_send(c[i][k], lock[i], AO());
+			ids[i][k] = lb_acq_send(c[i][k], lock[i], LB_AO());
 			lb_sleep_ms(40);
 		}
 	}
@@ -586,14 +467,14 @@ CL_TEST(cluster_broker, fifo_across_brokers_on_every_master_without_polling, 120
 
 	/* Nothing released for QUIET_S seconds: what does each master see? */
 	long long before[CL_MASTERS];
-	monitor_t mon[CL_MASTERS];
+	lb_monitor mon[CL_MASTERS];
 	for (int i = 0; i < CL_MASTERS; i++)
 		before[i] = script_calls(m[i]);
 	for (int i = 0; i < CL_MASTERS; i++)
-		monitor_start(&mon[i], m[i]);
+		lb_monitor_start(&mon[i], NULL, m[i]);
 	lb_sleep_ms(QUIET_S * 1000);
 	for (int i = 0; i < CL_MASTERS; i++)
-		monitor_stop(&mon[i]);
+		lb_monitor_stop(&mon[i]);
 	for (int i = 0; i < CL_MASTERS; i++) {
 		long long calls = script_calls(m[i]) - before[i];
 		/* Per broker: a heartbeat of the waited lock and a canary check,
@@ -625,7 +506,7 @@ CL_TEST(cluster_broker, fifo_across_brokers_on_every_master_without_polling, 120
 		cr_assert_eq(lb_release(h, lb_str(hg[i], "lease")), 0);
 		for (int n = 0; n < NFIFO; n++) {
 			json_t *g;
-			int got = next_message(c[i], pending, NFIFO, 10000, &g);
+			int got = lb_read_any(c[i], pending, NFIFO, 10000, &g);
 			int64_t dt = lb_now_ms() - t0;
 			cr_assert_eq(got, orders[i][n],
 			             "%s (master %d): grant %d went to waiter %d, want %d (arrival order): %s",
@@ -777,12 +658,12 @@ typedef struct {
 	int64_t t0, sent_ms, answered_ms;
 } pend_t;
 
-static void pend_add(pend_t *p, lb_client *c, const char *lock, aopt o, int64_t t0)
+static void pend_add(pend_t *p, lb_client *c, const char *lock, lb_aopt o, int64_t t0)
 {
 	memset(p, 0, sizeof(*p));
 	p->c = c;
 	p->t0 = t0;
-	p->id = acq_send(c, lock, o);
+	p->id = lb_acq_send(c, lock, o);
 	snprintf(p->lock, sizeof(p->lock), "%s", lock);
 	p->sent_ms = lb_now_ms() - t0;
 }
@@ -849,8 +730,8 @@ CL_TEST(cluster_broker, slot_moved_under_traffic_keeps_leases_and_requests, 120)
 
 	/* X held (renewed every 2 s by the watchdog), a waiter on the other
 	 * broker */
-	json_t *hg = acq_now(h, x, AO(.ttl_ms = 6000));
-	json_t *wid = acq_send(w, x, AO(.wait_ms = 60000));
+	json_t *hg = acq_now(h, x, LB_AO(.ttl_ms = 6000));
+	json_t *wid = lb_acq_send(w, x, LB_AO(.wait_ms = 60000));
 	lb_wait_waiters(sb, x, 1, 5000);
 	expect_keys_on(src, x);
 	json_t *st0[2] = {expect_three_masters(sa), expect_three_masters(sb)};
@@ -887,12 +768,12 @@ CL_TEST(cluster_broker, slot_moved_under_traffic_keeps_leases_and_requests, 120)
 			snprintf(pre, sizeof(pre), "mv-f%d%d-", step, k);
 			names_in_slot(slot, pre, 2, fresh);
 			for (int j = 0; j < 2; j++)
-				pend_add(&p[np++], k ? sb : sa, fresh[j], AO(.wait_ms = 0, .ttl_ms = 10000),
+				pend_add(&p[np++], k ? sb : sa, fresh[j], LB_AO(.wait_ms = 0, .ttl_ms = 10000),
 				         t0);
 		}
 		if (step == 0) {
-			pend_add(&p[np++], sa, x, AO(.wait_ms = 0), t0);
-			pend_add(&p[np++], sb, x, AO(.wait_ms = 0), t0);
+			pend_add(&p[np++], sa, x, LB_AO(.wait_ms = 0), t0);
+			pend_add(&p[np++], sb, x, LB_AO(.wait_ms = 0), t0);
 			pend_poll(p, np, 300, false);
 			cl_move_slot_keys(slot, 3); /* X's keys may be split now */
 		} else {
@@ -994,7 +875,7 @@ static json_t *grant_when_served(lb_client *c, const char *lock, int timeout_ms)
 	int64_t end = lb_now_ms() + timeout_ms;
 
 	for (;;) {
-		json_t *g = acq_call(c, lock, AO(.wait_ms = 0, .ttl_ms = 30000));
+		json_t *g = acq_call(c, lock, LB_AO(.wait_ms = 0, .ttl_ms = 30000));
 		if (lb_is_ok(g))
 			return g;
 		cr_assert(lb_is_err(g, "unavailable") || lb_is_err(g, "timeout"),
@@ -1036,17 +917,17 @@ CL_TEST(cluster_broker, master_killed_replica_takes_over_lost_lease_reported, 15
 	lb_client *b1 = lb_connect(B, LB_TCP), *b2 = lb_connect(B, LB_UNIX);
 	lb_client *pa = lb_connect(A, LB_TCP), *pb = lb_connect(B, LB_TCP);
 
-	json_t *kg = acq_now(a1, kept, AO(.ttl_ms = 30000));
-	json_t *og[2] = {acq_now(a1, other[0], AO(.ttl_ms = 30000)),
-	                 acq_now(b1, other[1], AO(.ttl_ms = 30000))};
+	json_t *kg = acq_now(a1, kept, LB_AO(.ttl_ms = 30000));
+	json_t *og[2] = {acq_now(a1, other[0], LB_AO(.ttl_ms = 30000)),
+	                 acq_now(b1, other[1], LB_AO(.ttl_ms = 30000))};
 	redisReply *r = cl_node_cmd(old, "WAIT 1 5000");
 	cr_assert(r->type == REDIS_REPLY_INTEGER && r->integer >= 1, "replica %d did not catch up",
 	          rep);
 	cr_assert_eq(header_on_replica(rep, kept), 1, "%s is not on the replica", kept);
 
 	cl_pause_replication(rep);
-	json_t *lg = acq_now(a2, lost, AO(.ttl_ms = 30000));
-	json_t *wid = acq_send(b2, kept, AO(.wait_ms = 60000));
+	json_t *lg = acq_now(a2, lost, LB_AO(.ttl_ms = 30000));
+	json_t *wid = lb_acq_send(b2, kept, LB_AO(.wait_ms = 60000));
 	lb_wait_waiters(pb, kept, 1, 5000);
 	cr_assert_eq(header_on(old, lost), 1);
 	cr_assert_eq(header_on_replica(rep, lost), 0, "%s reached the cut-off replica", lost);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/common/rnode.h"
 #include "tests/ha/topo.h"
 
 #define NCONN (TOPO_NODES + TOPO_SENTINELS)
@@ -139,25 +140,6 @@ static redisReply *vcmd(const topo *t, int port, const char *fmt, va_list ap)
     return r;
 }
 
-/* A short-lived command whose failure is only worth a note: the topology
- * is being mended. */
-static void soft_cmd(int port, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    struct timeval tv = {.tv_sec = 1};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    if (c && !c->err) {
-        redisSetTimeout(c, tv);
-        redisReply *r = redisvCommand(c, fmt, ap);
-        if (r)
-            freeReplyObject(r);
-    }
-    if (c)
-        redisFree(c);
-    va_end(ap);
-}
-
 /* ---- fixture ---------------------------------------------------------------------- */
 
 void ha_setup(void)
@@ -193,25 +175,13 @@ static bool failover_running(const topo *t)
 {
     bool yes = false;
     for (int i = 0; i < TOPO_SENTINELS && !yes; i++) {
-        redisReply *m = topo_cmd(t->sentinel[i], 1000, "SENTINEL master %s", t->name);
+        redisReply *m = rnode_cmd(t->sentinel[i], 1000, "SENTINEL master %s", t->name);
         const char *f = topo_field(m, "flags");
         yes = f && strstr(f, "failover_in_progress");
         if (m)
             freeReplyObject(m);
     }
     return yes;
-}
-
-/* Undo ha_pause_replication (and any CONFIG SET of the same) on port. */
-static void clear_master_login(int port)
-{
-    redisReply *r = topo_cmd(port, 1000, "CONFIG GET masteruser");
-    bool set = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-               r->element[1]->type == REDIS_REPLY_STRING && r->element[1]->len > 0;
-    if (r)
-        freeReplyObject(r);
-    if (set)
-        soft_cmd(port, "CONFIG SET masteruser %s masterauth %s", "", "");
 }
 
 /* One round of mending. 0 when nothing needed doing (the health check
@@ -263,14 +233,14 @@ static int mend(const topo *t, int64_t *master_dead_since, char *why, size_t why
     }
     *master_dead_since = 0;
     for (int i = 0; i < TOPO_NODES; i++) {
-        soft_cmd(t->node[i], "CLIENT UNPAUSE");
-        clear_master_login(t->node[i]);
+        rnode_soft_cmd(t->node[i], "CLIENT UNPAUSE");
+        rnode_clear_master_login(t->node[i]);
     }
     char role[32] = "", mport[32] = "";
     topo_info(m, "role", role, sizeof(role));
     if (strcmp(role, "master") != 0) {
         if (!failover_running(t))
-            soft_cmd(m, "REPLICAOF NO ONE");
+            rnode_soft_cmd(m, "REPLICAOF NO ONE");
         snprintf(why, whylen, "the sentinels' master %d says role '%s'", m, role);
         return -1;
     }
@@ -283,7 +253,7 @@ static int mend(const topo *t, int64_t *master_dead_since, char *why, size_t why
     topo_info(r, "role", role, sizeof(role));
     topo_info(r, "master_port", mport, sizeof(mport));
     if ((strcmp(role, "slave") != 0 || atoi(mport) != m) && !failover_running(t)) {
-        soft_cmd(r, "REPLICAOF 127.0.0.1 %d", m);
+        rnode_soft_cmd(r, "REPLICAOF 127.0.0.1 %d", m);
         snprintf(why, whylen, "node %d was role '%s' of '%s': made it a replica of %d", r, role,
                  mport, m);
         return -1;
@@ -526,34 +496,14 @@ int ha_switch_master_quietly(void)
     return r;
 }
 
-static void wait_link(int port, const char *want, int timeout_ms)
-{
-    char link[32] = "";
-    int64_t end = lb_now_ms() + timeout_ms;
-    while ((topo_info(port, "master_link_status", link, sizeof(link)) != 0 ||
-            strcmp(link, want) != 0) &&
-           lb_now_ms() < end)
-        lb_sleep_ms(10);
-    cr_assert_str_eq(link, want, "replica %d: master_link_status '%s' after %d ms, want '%s'",
-                     port, link, timeout_ms, want);
-}
-
 void ha_pause_replication(int replica_port)
 {
-    cr_assert_str_eq(ha_node_role(replica_port), "slave",
-                     "ha_pause_replication: node %d is not a replica", replica_port);
-    redisReply *r = ha_node_cmd(replica_port, "CONFIG SET masteruser %s masterauth %s",
-                                "lb-ha-paused", "lb-ha-paused");
-    cr_assert(r->type == REDIS_REPLY_STATUS, "CONFIG SET masteruser: %s", r->str ? r->str : "?");
-    r = ha_node_cmd(replica_port, "CLIENT KILL TYPE master");
-    cr_assert(r->type == REDIS_REPLY_INTEGER && r->integer == 1,
-              "CLIENT KILL TYPE master on %d killed no master link", replica_port);
-    wait_link(replica_port, "down", 2000);
+    rnode_pause_replication(replica_port);
 }
 
 void ha_resume_replication(int replica_port)
 {
     redisReply *r = ha_node_cmd(replica_port, "CONFIG SET masteruser %s masterauth %s", "", "");
     cr_assert(r->type == REDIS_REPLY_STATUS, "CONFIG SET masteruser: %s", r->str ? r->str : "?");
-    wait_link(replica_port, "up", 10000);
+    rnode_wait_link(replica_port, "up", 10000);
 }

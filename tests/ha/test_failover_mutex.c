@@ -77,12 +77,6 @@ static _Atomic int64_t last_grant_ns[2]; /* per broker, for the main thread */
 		goto out;                                                              \
 	} while (0)
 
-static const char *err_code(json_t *resp)
-{
-	const char *code = json_string_value(json_object_get(json_object_get(resp, "error"), "code"));
-	return code ? code : "";
-}
-
 /* One write of each kind to the resource. false: the resource failed. */
 static bool write_resource(worker_t *w, redisContext *rc, json_int_t fence)
 {
@@ -170,7 +164,7 @@ static void *worker(void *arg)
 		if (!resp)
 			FAIL("thread %d: no answer to acquire %lld within 40 s", w->index, (long long)id);
 		if (!json_is_true(json_object_get(resp, "ok"))) {
-			bool unavailable = strcmp(err_code(resp), "unavailable") == 0;
+			bool unavailable = strcmp(mc_err_code(resp), "unavailable") == 0;
 			char *d = json_dumps(resp, JSON_COMPACT);
 			json_decref(resp);
 			if (!unavailable) {
@@ -216,9 +210,9 @@ static void *worker(void *arg)
 		if (!resp)
 			FAIL("thread %d: no answer to release within 40 s", w->index);
 		if (!json_is_true(json_object_get(resp, "ok"))) {
-			if (strcmp(err_code(resp), "not_held") == 0)
+			if (strcmp(mc_err_code(resp), "not_held") == 0)
 				w->release_not_held++; /* lost, and told only now */
-			else if (strcmp(err_code(resp), "unavailable") == 0)
+			else if (strcmp(mc_err_code(resp), "unavailable") == 0)
 				w->unavailable++;
 			else {
 				char *d = json_dumps(resp, JSON_COMPACT);

@@ -36,6 +36,7 @@
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
 
+#include "tests/common/rnode.h"
 #include "tests/ha/keeper.h"
 #include "tests/integration/harness.h"
 
@@ -228,7 +229,7 @@ static int wait_ping(pid_t pid, int port, const char *log, char *err, size_t err
                      port, log);
             return -1;
         }
-        redisReply *r = topo_cmd(port, 500, "PING");
+        redisReply *r = rnode_cmd(port, 500, "PING");
         bool ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
         if (r)
             freeReplyObject(r);
@@ -293,45 +294,14 @@ pid_t topo_start_sentinel(const topo *t, int i, char *err, size_t errlen)
 
 /* ---- queries -------------------------------------------------------------------- */
 
-redisReply *topo_cmd(int port, int timeout_ms, const char *fmt, ...)
-{
-    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    redisReply *r = NULL;
-    if (c && !c->err && redisSetTimeout(c, tv) == REDIS_OK) {
-        va_list ap;
-        va_start(ap, fmt);
-        r = redisvCommand(c, fmt, ap);
-        va_end(ap);
-    }
-    if (c)
-        redisFree(c);
-    return r;
-}
-
 int topo_info(int port, const char *field, char *out, size_t outlen)
 {
-    redisReply *r = topo_cmd(port, 1000, "INFO replication");
-    int rc = -1;
-    if (r && r->type == REDIS_REPLY_STRING) {
-        size_t fl = strlen(field);
-        for (const char *p = r->str; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-            if (strncmp(p, field, fl) == 0 && p[fl] == ':') {
-                size_t vl = strcspn(p + fl + 1, "\r\n");
-                snprintf(out, outlen, "%.*s", (int)vl, p + fl + 1);
-                rc = 0;
-                break;
-            }
-        }
-    }
-    if (r)
-        freeReplyObject(r);
-    return rc;
+    return rnode_info(port, "replication", field, out, outlen);
 }
 
 int topo_sentinel_master(const topo *t, int i)
 {
-    redisReply *r = topo_cmd(t->sentinel[i], 1000, "SENTINEL get-master-addr-by-name %s", t->name);
+    redisReply *r = rnode_cmd(t->sentinel[i], 1000, "SENTINEL get-master-addr-by-name %s", t->name);
     int port = -1;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[1]->type == REDIS_REPLY_STRING)
@@ -356,9 +326,9 @@ const char *topo_field(const redisReply *kv, const char *key)
 static int sentinel_healthy(const topo *t, int i, int replica, char *why, size_t whylen)
 {
     int port = t->sentinel[i], rc = -1;
-    redisReply *m = topo_cmd(port, 1000, "SENTINEL master %s", t->name);
-    redisReply *rs = topo_cmd(port, 1000, "SENTINEL replicas %s", t->name);
-    redisReply *ss = topo_cmd(port, 1000, "SENTINEL sentinels %s", t->name);
+    redisReply *m = rnode_cmd(port, 1000, "SENTINEL master %s", t->name);
+    redisReply *rs = rnode_cmd(port, 1000, "SENTINEL replicas %s", t->name);
+    redisReply *ss = rnode_cmd(port, 1000, "SENTINEL sentinels %s", t->name);
     const char *flags = topo_field(m, "flags");
     const char *others = topo_field(m, "num-other-sentinels");
     if (!m || !rs || !ss || rs->type != REDIS_REPLY_ARRAY || ss->type != REDIS_REPLY_ARRAY) {
@@ -471,8 +441,8 @@ void topo_describe(const topo *t, char *out, size_t outlen)
             role, mport, link);
     }
     for (int i = 0; i < TOPO_SENTINELS; i++) {
-        redisReply *m = topo_cmd(t->sentinel[i], 1000, "SENTINEL master %s", t->name);
-        redisReply *in = topo_cmd(t->sentinel[i], 1000, "INFO sentinel");
+        redisReply *m = rnode_cmd(t->sentinel[i], 1000, "SENTINEL master %s", t->name);
+        redisReply *in = rnode_cmd(t->sentinel[i], 1000, "INFO sentinel");
         bool tilt = in && in->type == REDIS_REPLY_STRING && strstr(in->str, "sentinel_tilt:1");
         PUT("\n  sentinel %d (port %d): pid %d, master %d, flags %s, other sentinels %s%s", i,
             t->sentinel[i], (int)topo_sentinel_pid(t, i), topo_sentinel_master(t, i),

@@ -67,9 +67,6 @@ bool topo_pid_alive(pid_t pid);
  * and waits again. True if it ended within timeout_ms. */
 bool topo_stop_pid(pid_t pid, int sig, int timeout_ms);
 
-/* A command on a new connection to 127.0.0.1:port, closed afterwards; NULL
- * when unreachable or timed out. The caller frees the reply. */
-redisReply *topo_cmd(int port, int timeout_ms, const char *fmt, ...);
 /* Field of INFO replication (e.g. "role") into out; -1 if unreachable or
  * absent. */
 int topo_info(int port, const char *field, char *out, size_t outlen);

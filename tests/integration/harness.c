@@ -759,6 +759,79 @@ void lb_redis_flushall(lb_redis *r)
     cr_assert(rep->type == REDIS_REPLY_STATUS, "FLUSHALL failed");
 }
 
+long long lb_info_number(const redisReply *info, const char *field)
+{
+    cr_assert(info && info->type == REDIS_REPLY_STRING, "not an INFO reply");
+    const char *p = strstr(info->str, field);
+    return p ? atoll(p + strlen(field)) : 0;
+}
+
+static redisContext *monitor_conn(const lb_monitor *m)
+{
+    struct timeval tv = {.tv_sec = 2};
+    redisContext *c = m->unix_path[0] ? redisConnectUnixWithTimeout(m->unix_path, tv)
+                                      : redisConnectWithTimeout("127.0.0.1", m->port, tv);
+
+    cr_assert(c && !c->err, "cannot connect to the redis to monitor (%s:%d): %s",
+              m->unix_path[0] ? m->unix_path : "127.0.0.1", m->port,
+              c ? c->errstr : "out of memory");
+    redisSetTimeout(c, (struct timeval){.tv_sec = 10});
+    return c;
+}
+
+/* ECHO marker on a connection of its own. */
+static void monitor_mark(const lb_monitor *m, const char *marker)
+{
+    redisContext *c = monitor_conn(m);
+    redisReply *rep = redisCommand(c, "ECHO %s", marker);
+
+    cr_assert(rep && rep->type == REDIS_REPLY_STRING, "ECHO %s: %s", marker, c->errstr);
+    freeReplyObject(rep);
+    redisFree(c);
+}
+
+void lb_monitor_start(lb_monitor *m, const char *unix_path, int port)
+{
+    memset(m, 0, sizeof(*m));
+    snprintf(m->unix_path, sizeof(m->unix_path), "%s", unix_path ? unix_path : "");
+    m->port = port;
+    m->mon = monitor_conn(m);
+    redisReply *rep = redisCommand(m->mon, "MONITOR");
+    cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "MONITOR: %s", m->mon->errstr);
+    freeReplyObject(rep);
+    monitor_mark(m, "lb-mark-start");
+}
+
+void lb_monitor_stop(lb_monitor *m)
+{
+    bool counting = false;
+
+    monitor_mark(m, "lb-mark-end");
+    for (;;) {
+        redisReply *rep = NULL;
+        cr_assert_eq(redisGetReply(m->mon, (void **)&rep), REDIS_OK, "monitor: %s",
+                     m->mon->errstr);
+        cr_assert(rep->type == REDIS_REPLY_STATUS, "monitor reply type %d", rep->type);
+        const char *line = rep->str;
+        bool end = strstr(line, "\"lb-mark-end\"") != NULL;
+        if (strstr(line, "\"lb-mark-start\"")) {
+            counting = true;
+        } else if (counting && !end && !strstr(line, " lua]")) {
+            m->top++;
+            if (strstr(line, "\"EVALSHA\"") || strstr(line, "\"evalsha\""))
+                m->evalsha++;
+            size_t used = strlen(m->sample);
+            if (used + 100 < sizeof(m->sample))
+                snprintf(m->sample + used, sizeof(m->sample) - used, "%.90s\n", line);
+        }
+        freeReplyObject(rep);
+        if (end)
+            break;
+    }
+    redisFree(m->mon);
+    m->mon = NULL;
+}
+
 /* ---- lockbrokerd ------------------------------------------------------------------ */
 
 static char *read_secret(const char *path)
@@ -1436,6 +1509,41 @@ bool lb_is_lease_token(const char *s)
 
 /* ---- protocol shortcuts ------------------------------------------------------------ */
 
+static json_t *acq_req(const char *lock, lb_aopt o)
+{
+    json_t *req = json_object();
+
+    json_object_set_new(req, "op", json_string("acquire"));
+    json_object_set_new(req, "lock", json_string(lock));
+    if (o.wait_ms >= 0)
+        json_object_set_new(req, "wait_ms", json_integer(o.wait_ms));
+    if (o.ttl_ms >= 0)
+        json_object_set_new(req, "ttl_ms", json_integer(o.ttl_ms));
+    if (o.limit >= 0)
+        json_object_set_new(req, "limit", json_integer(o.limit));
+    if (o.mode)
+        json_object_set_new(req, "mode", json_string(o.mode));
+    if (o.fair >= 0)
+        json_object_set_new(req, "fair", json_boolean(o.fair));
+    if (o.owner)
+        json_object_set_new(req, "owner", json_string(o.owner));
+    if (o.watchdog >= 0)
+        json_object_set_new(req, "watchdog", json_boolean(o.watchdog));
+    if (o.detach >= 0)
+        json_object_set_new(req, "detach", json_boolean(o.detach));
+    return req;
+}
+
+json_t *lb_acq_send(lb_client *c, const char *lock, lb_aopt o)
+{
+    return lb_send_req(c, "o", acq_req(lock, o));
+}
+
+json_t *lb_acq_call(lb_client *c, const char *lock, lb_aopt o, int timeout_ms)
+{
+    return lb_call_json(c, acq_req(lock, o), timeout_ms);
+}
+
 json_t *lb_try_acquire(lb_client *c, const char *lock, int ttl_ms)
 {
     if (ttl_ms > 0)
@@ -1561,5 +1669,24 @@ void lb_expect_no_queue(lb_redis *r, lb_client *c, const char *lock, int timeout
     {
         json_t *in = lb_inspect(c, lock);
         cr_assert_eq(lb_int(in, "waiters"), 0, "%s", lb_dump(in));
+    }
+}
+
+int lb_read_any(lb_client **c, const bool *pending, int n, int timeout_ms, json_t **out)
+{
+    int64_t deadline = lb_now_ms() + timeout_ms;
+
+    for (;;) {
+        for (int k = 0; k < n; k++) {
+            if (!pending[k])
+                continue;
+            json_t *m = lb_read_msg(c[k], 0);
+            if (m) {
+                *out = m;
+                return k;
+            }
+        }
+        cr_assert_lt(lb_now_ms(), deadline, "no client was granted within %d ms", timeout_ms);
+        lb_sleep_ms(1);
     }
 }

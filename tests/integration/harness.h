@@ -96,6 +96,28 @@ size_t lb_redis_del_lock_keys(lb_redis *r, const char *prefix, const char *name)
  * forever after the lock is free). */
 void lb_redis_assert_lock_keys_expire(lb_redis *r, const char *prefix, const char *name);
 void lb_redis_flushall(lb_redis *r);
+/* The number after field in an INFO reply (e.g. "cmdstat_evalsha:calls="
+ * in INFO commandstats); 0 when field is not there. Asserts info is the
+ * text of an INFO. */
+long long lb_info_number(const redisReply *info, const char *field);
+
+/* Counts, with MONITOR, the commands clients send a Redis between two
+ * markers (an ECHO on a connection of its own), calls made inside scripts
+ * not included (INFO's total_commands_processed counts those too). */
+typedef struct {
+    redisContext *mon;
+    char unix_path[108]; /* "": TCP */
+    int port;
+    long long top;     /* commands between the markers */
+    long long evalsha; /* of them EVALSHA */
+    char sample[600];  /* the first of them, each cut short */
+} lb_monitor;
+
+/* Starts MONITOR on the Redis at the Unix socket unix_path, or on
+ * 127.0.0.1:port when it is NULL, then sends the start marker. */
+void lb_monitor_start(lb_monitor *m, const char *unix_path, int port);
+/* Sends the end marker, counts what came between the two and closes. */
+void lb_monitor_stop(lb_monitor *m);
 /* A new connection with the command written but its reply not read (e.g.
  * DEBUG SLEEP, which blocks Redis meanwhile); lb_redis_async_also writes one
  * more on it; lb_redis_async_wait reads n replies (stopping at an error)
@@ -216,6 +238,31 @@ bool lb_is_lease_token(const char *s);
 
 /* ---- protocol shortcuts ----------------------------------------------------- */
 
+/* Options of an acquire; -1 / NULL leaves the field out. Build them with
+ * LB_AO(.mode = "shared", .wait_ms = 0): a file that does silences
+ * -Woverride-init (clang: -Winitializer-overrides), since the fields given
+ * override the macro's defaults. */
+typedef struct {
+    int wait_ms;
+    int ttl_ms;
+    int limit;
+    const char *mode;
+    int fair;
+    const char *owner;
+    int watchdog;
+    int detach;
+} lb_aopt;
+
+#define LB_AO(...)                                                                         \
+    ((lb_aopt){.wait_ms = -1, .ttl_ms = -1, .limit = -1, .mode = NULL, .fair = -1,         \
+               .owner = NULL, .watchdog = -1, .detach = -1, __VA_ARGS__})
+
+/* Sends an acquire of lock with the options o without waiting; returns
+ * its id (owned by the harness). */
+json_t *lb_acq_send(lb_client *c, const char *lock, lb_aopt o);
+/* The same, waiting timeout_ms for the answer. */
+json_t *lb_acq_call(lb_client *c, const char *lock, lb_aopt o, int timeout_ms);
+
 /* acquire exclusive with wait_ms 0 and ttl_ms; returns the response. */
 json_t *lb_try_acquire(lb_client *c, const char *lock, int ttl_ms);
 /* Same, asserting success; returns the lease token. */
@@ -247,5 +294,9 @@ bool lb_redis_key_exists(lb_redis *r, const char *key);
  * gone and inspect shows no waiter; with and_free, that the lock is free
  * too. */
 void lb_expect_no_queue(lb_redis *r, lb_client *c, const char *lock, int timeout_ms, bool and_free);
+/* Waits until one of the n clients c[k] with pending[k] gets a message;
+ * returns that k and the message in *out. Fails the test after
+ * timeout_ms. */
+int lb_read_any(lb_client **c, const bool *pending, int n, int timeout_ms, json_t **out);
 
 #endif

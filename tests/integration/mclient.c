@@ -141,6 +141,12 @@ json_t *mc_event(mclient *c, int timeout_ms)
 	return NULL;
 }
 
+const char *mc_err_code(const json_t *resp)
+{
+	const char *code = json_string_value(json_object_get(json_object_get(resp, "error"), "code"));
+	return code ? code : "";
+}
+
 int64_t mc_now_ns(void)
 {
 	struct timespec ts;

@@ -33,6 +33,9 @@ json_t *mc_wait(mclient *c, json_int_t id, int timeout_ms);
 /* The next event within timeout_ms (answers read on the way are dropped),
  * or NULL. The caller decrefs. */
 json_t *mc_event(mclient *c, int timeout_ms);
+/* The error code of a response ("timeout", "not_held", ...), "" when it
+ * has none. */
+const char *mc_err_code(const json_t *resp);
 
 /* CLOCK_MONOTONIC in ns: one clock for every thread's records. */
 int64_t mc_now_ns(void);

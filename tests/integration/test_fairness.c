@@ -18,26 +18,6 @@ static json_t *acq_send(lb_client *c, json_t *id, const char *lock, int wait_ms,
 	                   fair >= 0 ? json_boolean(fair) : NULL);
 }
 
-/* Waits until one of the n clients (those with pending[k]) gets a
- * message; returns its index and the message in *out. */
-static int next_message(lb_client **c, const bool *pending, int n, int timeout_ms, json_t **out)
-{
-	int64_t deadline = lb_now_ms() + timeout_ms;
-	for (;;) {
-		for (int k = 0; k < n; k++) {
-			if (!pending[k])
-				continue;
-			json_t *m = lb_read_msg(c[k], 0);
-			if (m) {
-				*out = m;
-				return k;
-			}
-		}
-		cr_assert_lt(lb_now_ms(), deadline, "no client was granted within %d ms", timeout_ms);
-		lb_sleep_ms(1);
-	}
-}
-
 /* ---- FIFO across brokers ------------------------------------------------------ */
 
 #define NFIFO 10
@@ -76,7 +56,7 @@ LB_TEST(fairness, fifo_across_brokers_chain_after_chain, 60)
 		cr_assert_eq(lb_release(h, hlease), 0);
 		for (int n = 0; n < NFIFO; n++) {
 			json_t *m;
-			int got = next_message(c, pending, NFIFO, 3000, &m);
+			int got = lb_read_any(c, pending, NFIFO, 3000, &m);
 			cr_assert_eq(got, order[n],
 			             "round %d: grant %d went to client %d, want client %d (arrival order): %s",
 			             round, n, got, order[n], lb_dump(m));
@@ -323,7 +303,7 @@ LB_TEST(fairness, fair_false_waiters_are_woken_on_release, 30)
 	cr_assert_eq(lb_release(h, hl), 0);
 	for (int n = 0; n < 3; n++) {
 		json_t *m;
-		int k = next_message(c, pending, 3, 2000, &m);
+		int k = lb_read_any(c, pending, 3, 2000, &m);
 		cr_assert_lt(lb_now_ms() - t0, 500, "granted %lld ms after the release",
 		             (long long)(lb_now_ms() - t0));
 		lb_expect_ok(m);
@@ -341,68 +321,6 @@ LB_TEST(fairness, fair_false_waiters_are_woken_on_release, 30)
 
 /* ---- no polling ------------------------------------------------------------------ */
 
-static long long info_field(lb_redis *r, const char *section, const char *field)
-{
-	redisReply *rep = lb_redis_cmd(r, "INFO %s", section);
-	cr_assert_eq(rep->type, REDIS_REPLY_STRING);
-	const char *p = strstr(rep->str, field);
-	if (!p)
-		return 0;
-	return atoll(p + strlen(field));
-}
-
-/* Counts, with MONITOR, the commands clients send to Redis between two
- * markers (ECHO on the harness connection), calls made inside scripts not
- * included (total_commands_processed counts those too). */
-typedef struct {
-	redisContext *mon;
-	long long top, evalsha;
-	char sample[600];
-} monitor_t;
-
-static void monitor_start(lb_redis *r, monitor_t *m)
-{
-	const char *url = lb_redis_url(r);
-	cr_assert(strncmp(url, "unix://", 7) == 0, "%s", url);
-	memset(m, 0, sizeof(*m));
-	m->mon = redisConnectUnix(url + 7);
-	cr_assert(m->mon && !m->mon->err, "monitor connection");
-	redisSetTimeout(m->mon, (struct timeval){.tv_sec = 10});
-	redisReply *rep = redisCommand(m->mon, "MONITOR");
-	cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "MONITOR");
-	freeReplyObject(rep);
-	lb_redis_cmd(r, "ECHO %s", "lb-mark-start");
-}
-
-static void monitor_stop(lb_redis *r, monitor_t *m)
-{
-	bool counting = false;
-	lb_redis_cmd(r, "ECHO %s", "lb-mark-end");
-	for (;;) {
-		redisReply *rep = NULL;
-		cr_assert_eq(redisGetReply(m->mon, (void **)&rep), REDIS_OK, "monitor: %s",
-		             m->mon->errstr);
-		cr_assert(rep->type == REDIS_REPLY_STATUS, "monitor reply type %d", rep->type);
-		const char *line = rep->str;
-		bool end = strstr(line, "\"lb-mark-end\"") != NULL;
-		if (strstr(line, "\"lb-mark-start\""))
-			counting = true;
-		else if (counting && !end && !strstr(line, " lua]")) {
-			m->top++;
-			if (strstr(line, "\"EVALSHA\"") || strstr(line, "\"evalsha\""))
-				m->evalsha++;
-			size_t used = strlen(m->sample);
-			if (used + 80 < sizeof(m->sample))
-				snprintf(m->sample + used, sizeof(m->sample) - used, "%.70s\n", line);
-		}
-		freeReplyObject(rep);
-		if (end)
-			break;
-	}
-	redisFree(m->mon);
-	m->mon = NULL;
-}
-
 LB_TEST(fairness, waiting_does_not_poll_redis, 40)
 {
 	lb_redis *r = lb_redis_start(false);
@@ -411,7 +329,8 @@ LB_TEST(fairness, waiting_does_not_poll_redis, 40)
 	lb_client *w1 = lb_connect(b, LB_TCP);
 	lb_client *w2 = lb_connect(b, LB_UNIX);
 	enum { WAIT_S = 4 };
-	monitor_t mon;
+	const char *url = lb_redis_url(r);
+	lb_monitor mon;
 
 	/* a long lease without watchdog: the holder causes no renewals */
 	json_t *hg = lb_call(h, "{s:s, s:s, s:i, s:i, s:b}", "op", "acquire", "lock", "np", "ttl_ms",
@@ -423,11 +342,13 @@ LB_TEST(fairness, waiting_does_not_poll_redis, 40)
 	lb_wait_waiters(h, "np", 2, 2000);
 	lb_sleep_ms(300);
 
-	long long e0 = info_field(r, "commandstats", "cmdstat_evalsha:calls=");
-	monitor_start(r, &mon);
+	cr_assert(strncmp(url, "unix://", 7) == 0, "%s", url);
+	long long e0 = lb_info_number(lb_redis_cmd(r, "INFO commandstats"), "cmdstat_evalsha:calls=");
+	lb_monitor_start(&mon, url + 7, 0);
 	lb_sleep_ms(WAIT_S * 1000);
-	monitor_stop(r, &mon);
-	long long evalsha = info_field(r, "commandstats", "cmdstat_evalsha:calls=") - e0;
+	lb_monitor_stop(&mon);
+	long long evalsha =
+	    lb_info_number(lb_redis_cmd(r, "INFO commandstats"), "cmdstat_evalsha:calls=") - e0;
 	cr_log_info("while waiting %d s: %lld EVALSHA (commandstats), %lld commands sent, "
 	            "%lld of them EVALSHA (MONITOR)",
 	            WAIT_S, evalsha, mon.top, mon.evalsha);

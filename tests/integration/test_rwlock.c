@@ -8,86 +8,37 @@
  * upgrade_unsupported; inspect; and a safety check under a mixed workload
  * with abrupt disconnects (an exclusive holder never overlaps anybody).
  *
- * The multi-threaded workload uses its own tiny blocking client (the harness
- * client is not thread-safe), as test_mutex.c does. Worker threads never call
- * cr_assert: they record what went wrong and the main thread asserts.
+ * The multi-threaded workload's threads and their rounds (acquire, release,
+ * walk-aways, abrupt disconnects) are those of workload.h, as in
+ * test_mutex.c. Worker threads never call cr_assert: they record what went
+ * wrong and the main thread asserts.
  */
-#include "tests/integration/harness.h"
-#include "tests/integration/mclient.h"
+#include "tests/integration/workload.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 /* ---- acquire requests ------------------------------------------------------------ */
 
-/* Options of an acquire; -1 / NULL = leave the field out. Build with AO(...). */
-typedef struct {
-	const char *mode;
-	int wait_ms;
-	int fair;
-	const char *owner;
-	int ttl_ms;
-	int watchdog;
-} aopt;
-
-#define AO(...)                                                                                \
-	((aopt){.mode = NULL, .wait_ms = -1, .fair = -1, .owner = NULL, .ttl_ms = -1,            \
-	        .watchdog = -1, __VA_ARGS__})
-
+/* LB_AO(...) overrides its own defaults. */
 #if defined(__clang__)
 #pragma clang diagnostic ignored "-Winitializer-overrides"
 #else
 #pragma GCC diagnostic ignored "-Woverride-init"
 #endif
 
-static json_t *acq_req(json_t *id, const char *lock, aopt o)
-{
-	json_t *req = json_object();
-	if (id)
-		json_object_set_new(req, "id", id);
-	json_object_set_new(req, "op", json_string("acquire"));
-	json_object_set_new(req, "lock", json_string(lock));
-	if (o.mode)
-		json_object_set_new(req, "mode", json_string(o.mode));
-	if (o.wait_ms >= 0)
-		json_object_set_new(req, "wait_ms", json_integer(o.wait_ms));
-	if (o.fair >= 0)
-		json_object_set_new(req, "fair", json_boolean(o.fair));
-	if (o.owner)
-		json_object_set_new(req, "owner", json_string(o.owner));
-	if (o.ttl_ms >= 0)
-		json_object_set_new(req, "ttl_ms", json_integer(o.ttl_ms));
-	if (o.watchdog >= 0)
-		json_object_set_new(req, "watchdog", json_boolean(o.watchdog));
-	return req;
-}
-
-/* Sends an acquire without waiting; returns its id. */
-static json_t *acq_send(lb_client *c, const char *lock, aopt o)
-{
-	return lb_send_req(c, "o", acq_req(NULL, lock, o));
-}
-
 /* Sends an acquire and waits for its answer. */
-static json_t *acq_call(lb_client *c, const char *lock, aopt o)
+static json_t *acq_call(lb_client *c, const char *lock, lb_aopt o)
 {
-	return lb_call_json(c, acq_req(NULL, lock, o), LB_CALL_TIMEOUT_MS);
+	return lb_acq_call(c, lock, o, LB_CALL_TIMEOUT_MS);
 }
 
 /* An acquire that must be granted at once (wait_ms 0). */
-static json_t *acq_now(lb_client *c, const char *lock, aopt o)
+static json_t *acq_now(lb_client *c, const char *lock, lb_aopt o)
 {
 	o.wait_ms = 0;
 	json_t *r = acq_call(c, lock, o);
@@ -138,7 +89,7 @@ LB_TEST(rwlock, shared_holders_coexist_exclusive_excludes_everyone, 30)
 
 	/* any number of shared holders, on both brokers, each with its own lease */
 	for (int k = 0; k < 4; k++) {
-		json_t *g = acq_now(s[k], "rw", AO(.mode = "shared", .ttl_ms = 20000));
+		json_t *g = acq_now(s[k], "rw", LB_AO(.mode = "shared", .ttl_ms = 20000));
 		cr_assert_str_eq(lb_str(g, "mode"), "shared", "%s", lb_dump(g));
 		cr_assert_eq(lb_int(g, "count"), 1);
 		cr_assert_gt(lb_int(g, "fence"), last_fence, "fences increase: %s", lb_dump(g));
@@ -148,7 +99,7 @@ LB_TEST(rwlock, shared_holders_coexist_exclusive_excludes_everyone, 30)
 			cr_assert_str_neq(lease[k], lease[j], "shared holders have distinct leases");
 	}
 	/* the same session, another owner: a second shared lease */
-	json_t *g2 = acq_now(s[0], "rw", AO(.mode = "shared", .owner = "other"));
+	json_t *g2 = acq_now(s[0], "rw", LB_AO(.mode = "shared", .owner = "other"));
 	cr_assert_str_neq(lb_str(g2, "lease"), lease[0]);
 	cr_assert_eq(lb_int(g2, "count"), 1);
 	json_t *in = expect_state(x, "rw", "shared", 5, 0);
@@ -157,39 +108,39 @@ LB_TEST(rwlock, shared_holders_coexist_exclusive_excludes_everyone, 30)
 		                 "%s", lb_dump(in));
 
 	/* an exclusive request does not get in, fair or not */
-	lb_expect_err(acq_call(x, "rw", AO(.wait_ms = 0)), "timeout");
-	lb_expect_err(acq_call(x, "rw", AO(.mode = "exclusive", .wait_ms = 0, .fair = 0)),
+	lb_expect_err(acq_call(x, "rw", LB_AO(.wait_ms = 0)), "timeout");
+	lb_expect_err(acq_call(x, "rw", LB_AO(.mode = "exclusive", .wait_ms = 0, .fair = 0)),
 	              "timeout");
-	lb_expect_err(acq_call(x, "rw", AO(.mode = "exclusive", .wait_ms = 150, .fair = 1)),
+	lb_expect_err(acq_call(x, "rw", LB_AO(.mode = "exclusive", .wait_ms = 150, .fair = 1)),
 	              "timeout");
 	cr_assert_eq(lb_release(s[0], lb_str(g2, "lease")), 0);
 	for (int k = 0; k < 3; k++) {
 		cr_assert_eq(lb_release(s[k], lease[k]), 0);
 		/* not while one shared holder is left */
-		lb_expect_err(acq_call(x, "rw", AO(.wait_ms = 0, .fair = k % 2)), "timeout");
+		lb_expect_err(acq_call(x, "rw", LB_AO(.wait_ms = 0, .fair = k % 2)), "timeout");
 	}
 	cr_assert_eq(lb_release(s[3], lease[3]), 0);
 
 	/* an exclusive holder excludes everyone: shared and exclusive, fair or not */
-	json_t *xg = acq_now(x, "rw", AO(.mode = "exclusive", .ttl_ms = 20000));
+	json_t *xg = acq_now(x, "rw", LB_AO(.mode = "exclusive", .ttl_ms = 20000));
 	cr_assert_str_eq(lb_str(xg, "mode"), "exclusive");
 	cr_assert_gt(lb_int(xg, "fence"), last_fence);
 	in = expect_state(s[0], "rw", "exclusive", 1, 0);
 	cr_assert_str_eq(lb_str(json_array_get(lb_get(in, "holders"), 0), "mode"), "exclusive");
 	for (int k = 0; k < 4; k++) {
-		lb_expect_err(acq_call(s[k], "rw", AO(.mode = "shared", .wait_ms = 0, .fair = k % 2)),
+		lb_expect_err(acq_call(s[k], "rw", LB_AO(.mode = "shared", .wait_ms = 0, .fair = k % 2)),
 		              "timeout");
-		lb_expect_err(acq_call(s[k], "rw", AO(.wait_ms = 0, .fair = k % 2)), "timeout");
+		lb_expect_err(acq_call(s[k], "rw", LB_AO(.wait_ms = 0, .fair = k % 2)), "timeout");
 	}
-	lb_expect_err(acq_call(s[1], "rw", AO(.mode = "shared", .wait_ms = 150)), "timeout");
+	lb_expect_err(acq_call(s[1], "rw", LB_AO(.mode = "shared", .wait_ms = 150)), "timeout");
 	/* the same session but another owner is not let in either */
-	lb_expect_err(acq_call(x, "rw", AO(.mode = "shared", .owner = "o2", .wait_ms = 0)),
+	lb_expect_err(acq_call(x, "rw", LB_AO(.mode = "shared", .owner = "o2", .wait_ms = 0)),
 	              "timeout");
 	cr_assert_eq(lb_release(x, lb_str(xg, "lease")), 0);
 
 	/* free again: shared on both brokers */
-	json_t *ga = acq_now(s[0], "rw", AO(.mode = "shared"));
-	json_t *gb = acq_now(s[1], "rw", AO(.mode = "shared", .fair = 0));
+	json_t *ga = acq_now(s[0], "rw", LB_AO(.mode = "shared"));
+	json_t *gb = acq_now(s[1], "rw", LB_AO(.mode = "shared", .fair = 0));
 	expect_state(x, "rw", "shared", 2, 0);
 	cr_assert_eq(lb_release(s[0], lb_str(ga, "lease")), 0);
 	cr_assert_eq(lb_release(s[1], lb_str(gb, "lease")), 0);
@@ -211,14 +162,14 @@ LB_TEST(rwlock, fair_queue_grants_consecutive_shared_together_in_order, 40)
 	lb_client *s3 = lb_connect(b, LB_UNIX);
 	lb_client *late = lb_connect(b, LB_TCP);
 
-	json_t *hg = acq_now(h, "fq", AO(.mode = "exclusive"));
-	json_t *i1 = acq_send(s1, "fq", AO(.mode = "shared"));
+	json_t *hg = acq_now(h, "fq", LB_AO(.mode = "exclusive"));
+	json_t *i1 = lb_acq_send(s1, "fq", LB_AO(.mode = "shared"));
 	lb_sleep_ms(30);
-	json_t *i2 = acq_send(s2, "fq", AO(.mode = "shared"));
+	json_t *i2 = lb_acq_send(s2, "fq", LB_AO(.mode = "shared"));
 	lb_sleep_ms(30);
-	json_t *ix = acq_send(x2, "fq", AO(.mode = "exclusive"));
+	json_t *ix = lb_acq_send(x2, "fq", LB_AO(.mode = "exclusive"));
 	lb_sleep_ms(30);
-	json_t *i3 = acq_send(s3, "fq", AO(.mode = "shared"));
+	json_t *i3 = lb_acq_send(s3, "fq", LB_AO(.mode = "shared"));
 	lb_wait_waiters(h, "fq", 4, 2000);
 	lb_expect_silent(s1, 100, "S1 behind the exclusive holder");
 
@@ -233,8 +184,8 @@ LB_TEST(rwlock, fair_queue_grants_consecutive_shared_together_in_order, 40)
 	lb_expect_silent(s3, 0, "S3 behind X2");
 	expect_state(h, "fq", "shared", 2, 2);
 	/* a newcomer shared request does not pass X2 either */
-	lb_expect_err(acq_call(late, "fq", AO(.mode = "shared", .wait_ms = 0)), "timeout");
-	lb_expect_err(acq_call(late, "fq", AO(.mode = "shared", .wait_ms = 200)), "timeout");
+	lb_expect_err(acq_call(late, "fq", LB_AO(.mode = "shared", .wait_ms = 0)), "timeout");
+	lb_expect_err(acq_call(late, "fq", LB_AO(.mode = "shared", .wait_ms = 200)), "timeout");
 
 	/* release S1: nothing new */
 	cr_assert_eq(lb_release(s1, lb_str(g1, "lease")), 0);
@@ -276,15 +227,15 @@ LB_TEST(rwlock, one_release_wakes_a_whole_shared_batch_across_brokers, 40)
 		s[k] = lb_connect(br[k % 2], k % 3 ? LB_TCP : LB_UNIX);
 
 	/* a shared holder; queue: X1, S0..S4 (both brokers), X2 */
-	json_t *hg = acq_now(h, "batch", AO(.mode = "shared"));
-	json_t *ix1 = acq_send(x1, "batch", AO(.mode = "exclusive"));
+	json_t *hg = acq_now(h, "batch", LB_AO(.mode = "shared"));
+	json_t *ix1 = lb_acq_send(x1, "batch", LB_AO(.mode = "exclusive"));
 	lb_wait_waiters(h, "batch", 1, 2000);
 	lb_sleep_ms(25);
 	for (int k = 0; k < NS; k++) {
-		ids[k] = acq_send(s[k], "batch", AO(.mode = "shared", .fair = 1));
+		ids[k] = lb_acq_send(s[k], "batch", LB_AO(.mode = "shared", .fair = 1));
 		lb_sleep_ms(25);
 	}
-	json_t *ix2 = acq_send(x2, "batch", AO());
+	json_t *ix2 = lb_acq_send(x2, "batch", LB_AO());
 	lb_wait_waiters(h, "batch", NS + 2, 2000);
 	/* no reader starvation of the writer: S0..S4 do not join the shared holder */
 	for (int k = 0; k < NS; k++)
@@ -308,7 +259,7 @@ LB_TEST(rwlock, one_release_wakes_a_whole_shared_batch_across_brokers, 40)
 	lb_expect_silent(x2, 300, "X2 while the batch holds");
 	expect_state(h, "batch", "shared", NS, 1);
 	/* no writer starvation: a new shared request waits behind X2 */
-	json_t *il = acq_send(h, "batch", AO(.mode = "shared"));
+	json_t *il = lb_acq_send(h, "batch", LB_AO(.mode = "shared"));
 	lb_wait_waiters(h, "batch", 2, 2000);
 	for (int k = 0; k < NS - 1; k++)
 		cr_assert_eq(lb_release(s[k], lb_str(g[k], "lease")), 0);
@@ -337,31 +288,31 @@ LB_TEST(rwlock, waiting_exclusive_blocks_new_shared_holders_in_both_fair_modes, 
 	lb_client *n[2] = {lb_connect(a, LB_UNIX), lb_connect(b, LB_UNIX)};
 
 	for (int wfair = 0; wfair <= 1; wfair++) {
-		json_t *hg = acq_now(h, "door", AO(.mode = "shared", .fair = wfair));
+		json_t *hg = acq_now(h, "door", LB_AO(.mode = "shared", .fair = wfair));
 		/* with only shared holders, a shared request joins them, fair or not */
 		for (int k = 0; k < 2; k++) {
-			json_t *g = acq_now(n[k], "door", AO(.mode = "shared", .fair = k));
+			json_t *g = acq_now(n[k], "door", LB_AO(.mode = "shared", .fair = k));
 			cr_assert_eq(lb_release(n[k], lb_str(g, "lease")), 0);
 		}
 		/* an exclusive request waits (fair or not) ... */
-		json_t *iw = acq_send(w, "door", AO(.mode = "exclusive", .fair = wfair));
+		json_t *iw = lb_acq_send(w, "door", LB_AO(.mode = "exclusive", .fair = wfair));
 		lb_wait_waiters(h, "door", 1, 2000);
 		/* ... and no new shared holder gets in meanwhile, fair or not, on
 		 * either broker */
 		for (int k = 0; k < 2; k++)
 			for (int nfair = 0; nfair <= 1; nfair++) {
 				json_t *t = acq_call(n[k], "door",
-				                     AO(.mode = "shared", .wait_ms = 0, .fair = nfair));
+				                     LB_AO(.mode = "shared", .wait_ms = 0, .fair = nfair));
 				cr_assert(lb_is_err(t, "timeout"),
 				          "exclusive waiter fair=%d, new shared fair=%d on broker %c: want "
 				          "timeout, got %s",
 				          wfair, nfair, k ? 'b' : 'a', lb_dump(t));
 			}
-		json_t *t = acq_call(n[0], "door", AO(.mode = "shared", .wait_ms = 250, .fair = 0));
+		json_t *t = acq_call(n[0], "door", LB_AO(.mode = "shared", .wait_ms = 250, .fair = 0));
 		cr_assert(lb_is_err(t, "timeout"), "exclusive waiter fair=%d, waiting fair:false shared: %s",
 		          wfair, lb_dump(t));
 		/* a waiting unfair shared request does not overtake the writer */
-		json_t *is = acq_send(n[1], "door", AO(.mode = "shared", .fair = 0));
+		json_t *is = lb_acq_send(n[1], "door", LB_AO(.mode = "shared", .fair = 0));
 		lb_wait_waiters(h, "door", 2, 2000);
 		lb_expect_silent(n[1], 200, "unfair shared waiter behind a waiting exclusive one");
 		expect_state(h, "door", "shared", 1, 2);
@@ -377,25 +328,25 @@ LB_TEST(rwlock, waiting_exclusive_blocks_new_shared_holders_in_both_fair_modes, 
 	}
 
 	/* the door opens again when the exclusive waiter gives up */
-	json_t *hg = acq_now(h, "door", AO(.mode = "shared"));
-	json_t *iw = acq_send(w, "door", AO(.mode = "exclusive", .wait_ms = 400, .fair = 0));
+	json_t *hg = acq_now(h, "door", LB_AO(.mode = "shared"));
+	json_t *iw = lb_acq_send(w, "door", LB_AO(.mode = "exclusive", .wait_ms = 400, .fair = 0));
 	lb_wait_waiters(h, "door", 1, 2000);
-	lb_expect_err(acq_call(n[0], "door", AO(.mode = "shared", .wait_ms = 0, .fair = 0)),
+	lb_expect_err(acq_call(n[0], "door", LB_AO(.mode = "shared", .wait_ms = 0, .fair = 0)),
 	              "timeout");
 	lb_expect_err(lb_wait_response(w, iw, 3000), "timeout");
 	lb_wait_waiters(h, "door", 0, 1000);
 	for (int k = 0; k < 2; k++) {
-		json_t *g = acq_now(n[k], "door", AO(.mode = "shared", .fair = k));
+		json_t *g = acq_now(n[k], "door", LB_AO(.mode = "shared", .fair = k));
 		cr_assert_eq(lb_release(n[k], lb_str(g, "lease")), 0);
 	}
 	/* and when it disconnects while waiting */
-	acq_send(w, "door", AO(.mode = "exclusive", .fair = 0));
+	lb_acq_send(w, "door", LB_AO(.mode = "exclusive", .fair = 0));
 	lb_wait_waiters(h, "door", 1, 2000);
-	lb_expect_err(acq_call(n[1], "door", AO(.mode = "shared", .wait_ms = 0, .fair = 0)),
+	lb_expect_err(acq_call(n[1], "door", LB_AO(.mode = "shared", .wait_ms = 0, .fair = 0)),
 	              "timeout");
 	lb_close(w);
 	lb_wait_waiters(h, "door", 0, 1000);
-	json_t *g = acq_now(n[1], "door", AO(.mode = "shared", .fair = 0));
+	json_t *g = acq_now(n[1], "door", LB_AO(.mode = "shared", .fair = 0));
 	cr_assert_eq(lb_release(n[1], lb_str(g, "lease")), 0);
 	cr_assert_eq(lb_release(h, lb_str(hg, "lease")), 0);
 	lb_expect_no_queue(r, h, "door", 2000, true);
@@ -418,13 +369,13 @@ LB_TEST(rwlock, every_holder_has_its_own_ttl, 40)
 	/* S1: short TTL, no watchdog. S2: the same TTL, renewed by the watchdog.
 	 * S3: a long TTL without watchdog. */
 	int64_t t1 = lb_now_ms();
-	json_t *g1 = acq_now(c1, "ttl", AO(.mode = "shared", .ttl_ms = 400, .watchdog = 0));
-	json_t *g2 = acq_now(c2, "ttl", AO(.mode = "shared", .ttl_ms = 300));
-	json_t *g3 = acq_now(c3, "ttl", AO(.mode = "shared", .ttl_ms = 30000, .watchdog = 0));
+	json_t *g1 = acq_now(c1, "ttl", LB_AO(.mode = "shared", .ttl_ms = 400, .watchdog = 0));
+	json_t *g2 = acq_now(c2, "ttl", LB_AO(.mode = "shared", .ttl_ms = 300));
+	json_t *g3 = acq_now(c3, "ttl", LB_AO(.mode = "shared", .ttl_ms = 30000, .watchdog = 0));
 	cr_assert_eq(lb_int(g1, "ttl_ms"), 400);
 	cr_assert_eq(lb_int(g2, "ttl_ms"), 300);
 	cr_assert_eq(lb_int(g3, "ttl_ms"), 30000);
-	json_t *ix = acq_send(x, "ttl", AO(.mode = "exclusive"));
+	json_t *ix = lb_acq_send(x, "ttl", LB_AO(.mode = "exclusive"));
 	lb_wait_waiters(obs, "ttl", 1, 2000);
 
 	/* S1 expires alone */
@@ -467,10 +418,10 @@ LB_TEST(rwlock, every_holder_has_its_own_ttl, 40)
 	/* an expiring exclusive holder hands over to the next batch of readers */
 	cr_assert_eq(lb_release(x, lb_str(gx, "lease")), 0);
 	int64_t tx = lb_now_ms();
-	gx = acq_now(x, "ttl", AO(.mode = "exclusive", .ttl_ms = 300, .watchdog = 0));
-	json_t *i1 = acq_send(c1, "ttl", AO(.mode = "shared", .ttl_ms = 300, .watchdog = 0));
+	gx = acq_now(x, "ttl", LB_AO(.mode = "exclusive", .ttl_ms = 300, .watchdog = 0));
+	json_t *i1 = lb_acq_send(c1, "ttl", LB_AO(.mode = "shared", .ttl_ms = 300, .watchdog = 0));
 	lb_sleep_ms(20);
-	json_t *i2 = acq_send(c2, "ttl", AO(.mode = "shared"));
+	json_t *i2 = lb_acq_send(c2, "ttl", LB_AO(.mode = "shared"));
 	lb_wait_waiters(obs, "ttl", 2, 1000);
 	g1 = expect_grant(c1, i1, "shared", tx, 1500, "S1' after X's expiry");
 	g2 = expect_grant(c2, i2, "shared", tx, 1500, "S2' after X's expiry");
@@ -500,16 +451,16 @@ LB_TEST(rwlock, reentrancy_with_owner_and_upgrade_unsupported, 40)
 	lb_client *o = lb_connect(b, LB_UNIX);
 
 	/* exclusive then exclusive */
-	json_t *g = acq_now(c, "re", AO(.mode = "exclusive", .owner = "t1"));
+	json_t *g = acq_now(c, "re", LB_AO(.mode = "exclusive", .owner = "t1"));
 	const char *l = lb_str(g, "lease");
-	json_t *g2 = acq_call(c, "re", AO(.owner = "t1"));
+	json_t *g2 = acq_call(c, "re", LB_AO(.owner = "t1"));
 	lb_expect_ok(g2);
 	cr_assert_str_eq(lb_str(g2, "lease"), l);
 	cr_assert_eq(lb_int(g2, "count"), 2);
 	cr_assert_str_eq(lb_str(g2, "mode"), "exclusive");
 	cr_assert_eq(lb_int(g2, "fence"), lb_int(g, "fence"), "a re-acquire keeps the fence");
 	/* exclusive then shared: the lease stays exclusive */
-	json_t *g3 = acq_call(c, "re", AO(.mode = "shared", .owner = "t1"));
+	json_t *g3 = acq_call(c, "re", LB_AO(.mode = "shared", .owner = "t1"));
 	lb_expect_ok(g3);
 	cr_assert_str_eq(lb_str(g3, "lease"), l, "%s", lb_dump(g3));
 	cr_assert_eq(lb_int(g3, "count"), 3, "%s", lb_dump(g3));
@@ -526,14 +477,14 @@ LB_TEST(rwlock, reentrancy_with_owner_and_upgrade_unsupported, 40)
 	                 "%s", lb_dump(ls));
 	/* another owner of the same session, or the same owner on another
 	 * session, is not reentrant */
-	lb_expect_err(acq_call(c, "re", AO(.owner = "t2", .wait_ms = 0)), "timeout");
-	lb_expect_err(acq_call(c, "re", AO(.mode = "shared", .owner = "t2", .wait_ms = 0)),
+	lb_expect_err(acq_call(c, "re", LB_AO(.owner = "t2", .wait_ms = 0)), "timeout");
+	lb_expect_err(acq_call(c, "re", LB_AO(.mode = "shared", .owner = "t2", .wait_ms = 0)),
 	              "timeout");
-	lb_expect_err(acq_call(d, "re", AO(.owner = "t1", .wait_ms = 0)), "timeout");
+	lb_expect_err(acq_call(d, "re", LB_AO(.owner = "t1", .wait_ms = 0)), "timeout");
 	/* a reentrant acquire does not wait behind a queued waiter */
-	json_t *iw = acq_send(d, "re", AO(.mode = "shared"));
+	json_t *iw = lb_acq_send(d, "re", LB_AO(.mode = "shared"));
 	lb_wait_waiters(o, "re", 1, 2000);
-	json_t *g4 = acq_call(c, "re", AO(.owner = "t1", .wait_ms = 0));
+	json_t *g4 = acq_call(c, "re", LB_AO(.owner = "t1", .wait_ms = 0));
 	cr_assert(lb_is_ok(g4), "reentrant exclusive with a queued waiter: %s", lb_dump(g4));
 	cr_assert_eq(lb_int(g4, "count"), 4);
 	for (json_int_t k = 3; k >= 1; k--) {
@@ -546,9 +497,9 @@ LB_TEST(rwlock, reentrancy_with_owner_and_upgrade_unsupported, 40)
 	lb_expect_err(lb_call(c, "{s:s, s:s}", "op", "release", "lease", l), "not_held");
 
 	/* shared then shared */
-	g = acq_now(c, "re", AO(.mode = "shared", .owner = "t1"));
+	g = acq_now(c, "re", LB_AO(.mode = "shared", .owner = "t1"));
 	l = lb_str(g, "lease");
-	g2 = acq_call(c, "re", AO(.mode = "shared", .owner = "t1", .wait_ms = 0));
+	g2 = acq_call(c, "re", LB_AO(.mode = "shared", .owner = "t1", .wait_ms = 0));
 	lb_expect_ok(g2);
 	cr_assert_str_eq(lb_str(g2, "lease"), l);
 	cr_assert_eq(lb_int(g2, "count"), 2);
@@ -557,11 +508,11 @@ LB_TEST(rwlock, reentrancy_with_owner_and_upgrade_unsupported, 40)
 	/* shared then exclusive: upgrade_unsupported at once (not a deadlock),
 	 * with or without wait_ms, fair or not */
 	t0 = lb_now_ms();
-	lb_expect_err(acq_call(c, "re", AO(.mode = "exclusive", .owner = "t1")),
+	lb_expect_err(acq_call(c, "re", LB_AO(.mode = "exclusive", .owner = "t1")),
 	              "upgrade_unsupported");
-	lb_expect_err(acq_call(c, "re", AO(.owner = "t1", .wait_ms = 5000, .fair = 0)),
+	lb_expect_err(acq_call(c, "re", LB_AO(.owner = "t1", .wait_ms = 5000, .fair = 0)),
 	              "upgrade_unsupported");
-	lb_expect_err(acq_call(c, "re", AO(.owner = "t1", .wait_ms = 0)), "upgrade_unsupported");
+	lb_expect_err(acq_call(c, "re", LB_AO(.owner = "t1", .wait_ms = 0)), "upgrade_unsupported");
 	cr_assert_lt(lb_now_ms() - t0, 1000, "upgrade_unsupported must answer at once");
 	/* the shared lease is untouched */
 	in = expect_state(o, "re", "shared", 2, 0);
@@ -576,11 +527,11 @@ LB_TEST(rwlock, reentrancy_with_owner_and_upgrade_unsupported, 40)
 	}
 	cr_assert(found, "%s", lb_dump(in));
 	/* shared then exclusive with another owner of the same session just waits */
-	lb_expect_err(acq_call(c, "re", AO(.owner = "t2", .wait_ms = 200)), "timeout");
+	lb_expect_err(acq_call(c, "re", LB_AO(.owner = "t2", .wait_ms = 200)), "timeout");
 	/* reentrant shared does not wait behind a queued exclusive waiter */
-	json_t *ix = acq_send(o, "re", AO(.mode = "exclusive"));
+	json_t *ix = lb_acq_send(o, "re", LB_AO(.mode = "exclusive"));
 	lb_wait_waiters(d, "re", 1, 2000);
-	g3 = acq_call(c, "re", AO(.mode = "shared", .owner = "t1", .wait_ms = 0));
+	g3 = acq_call(c, "re", LB_AO(.mode = "shared", .owner = "t1", .wait_ms = 0));
 	cr_assert(lb_is_ok(g3), "reentrant shared with an exclusive waiter queued: %s", lb_dump(g3));
 	cr_assert_eq(lb_int(g3, "count"), 3);
 	cr_assert_str_eq(lb_str(g3, "lease"), l);
@@ -594,10 +545,10 @@ LB_TEST(rwlock, reentrancy_with_owner_and_upgrade_unsupported, 40)
 
 	/* a PENDING shared acquire then exclusive, same session and owner:
 	 * upgrade_unsupported at once as well */
-	json_t *ip = acq_send(c, "re", AO(.mode = "shared", .owner = "t3"));
+	json_t *ip = lb_acq_send(c, "re", LB_AO(.mode = "shared", .owner = "t3"));
 	lb_wait_waiters(d, "re", 1, 2000);
 	t0 = lb_now_ms();
-	json_t *up = acq_call(c, "re", AO(.mode = "exclusive", .owner = "t3"));
+	json_t *up = acq_call(c, "re", LB_AO(.mode = "exclusive", .owner = "t3"));
 	cr_assert(lb_is_err(up, "upgrade_unsupported"),
 	          "exclusive after a pending shared acquire of the same owner: %s", lb_dump(up));
 	cr_assert_lt(lb_now_ms() - t0, 1000);
@@ -628,14 +579,14 @@ LB_TEST(rwlock, inspect_shows_holders_modes_ttls_and_waiters, 30)
 	lb_expect_ok(lb_call(c2, "{s:s, s:s}", "op", "hello", "client", "reader-two"));
 
 	lb_expect_free(c1, "ins");
-	json_t *g1 = acq_now(c1, "ins", AO(.mode = "shared", .ttl_ms = 5000, .owner = "o1"));
+	json_t *g1 = acq_now(c1, "ins", LB_AO(.mode = "shared", .ttl_ms = 5000, .owner = "o1"));
 	json_t *g2 =
-	    acq_now(c2, "ins", AO(.mode = "shared", .ttl_ms = 20000, .owner = "o2", .watchdog = 0));
-	json_t *i1 = acq_send(w1, "ins", AO(.mode = "exclusive"));
+	    acq_now(c2, "ins", LB_AO(.mode = "shared", .ttl_ms = 20000, .owner = "o2", .watchdog = 0));
+	json_t *i1 = lb_acq_send(w1, "ins", LB_AO(.mode = "exclusive"));
 	lb_sleep_ms(20);
-	json_t *i2 = acq_send(w2, "ins", AO(.mode = "shared"));
+	json_t *i2 = lb_acq_send(w2, "ins", LB_AO(.mode = "shared"));
 	lb_sleep_ms(20);
-	json_t *i3 = acq_send(w3, "ins", AO(.mode = "exclusive"));
+	json_t *i3 = lb_acq_send(w3, "ins", LB_AO(.mode = "exclusive"));
 	lb_wait_waiters(c1, "ins", 3, 2000);
 
 	for (int k = 0; k < 2; k++) {
@@ -703,69 +654,27 @@ static int nlog;
 static atomic_int readers_in, writers_in, live_violations;
 
 typedef struct {
-	int index;
-	int port;
-	const char *unix_path; /* NULL: TCP */
-	int64_t end_ms;
-	unsigned seed;
-	long grants_x, grants_s, timeouts, walkaways, aborts;
-	char error[2048];
+	wl_thread t;
+	long grants_x, grants_s;
 } worker_t;
-
-#define FAIL(...)                                                                              \
-	do {                                                                                       \
-		snprintf(w->error, sizeof(w->error), __VA_ARGS__);                                     \
-		goto out;                                                                              \
-	} while (0)
 
 static void *worker(void *arg)
 {
 	worker_t *w = arg;
-	mclient c = {.fd = -1};
-	json_int_t id = 0;
+	wl_thread *t = &w->t;
+	char fields[64];
+	wl_grant g;
 
-	while (lb_now_ms() < w->end_ms) {
-		if (c.fd < 0 && mc_connect(&c, w->port, w->unix_path) != 0)
-			FAIL("thread %d: cannot connect to the broker: %s", w->index, strerror(errno));
-		bool excl = mc_rand(&w->seed) % 100 < 35;
-		bool fair = mc_rand(&w->seed) % 4 != 0;
-		unsigned dice = mc_rand(&w->seed) % 20;
-		bool short_wait = dice < 3;
-		char line[512], waitf[64] = "";
-		id++;
-		if (short_wait)
-			snprintf(waitf, sizeof(waitf), ",\"wait_ms\":%u", mc_rand(&w->seed) % 15);
-		snprintf(line, sizeof(line),
-		         "{\"id\":%lld,\"op\":\"acquire\",\"lock\":\"" SLOCK
-		         "\",\"mode\":\"%s\",\"fair\":%s,\"ttl_ms\":10000%s}\n",
-		         (long long)id, excl ? "exclusive" : "shared", fair ? "true" : "false", waitf);
-		if (!mc_send(&c, line))
-			FAIL("thread %d: send failed", w->index);
-		if (dice == 3) {
-			/* gives up while waiting (or just granted): disconnects */
-			mc_close(&c);
-			w->walkaways++;
+	while (lb_now_ms() < t->end_ms) {
+		bool excl = mc_rand(&t->seed) % 100 < 35;
+		bool fair = mc_rand(&t->seed) % 4 != 0;
+		snprintf(fields, sizeof(fields), ",\"mode\":\"%s\",\"fair\":%s",
+		         excl ? "exclusive" : "shared", fair ? "true" : "false");
+		wl_step s = wl_acquire(t, SLOCK, fields, 0, &g);
+		if (s == WL_AGAIN)
 			continue;
-		}
-		json_t *resp = mc_wait(&c, id, 20000);
-		if (!resp)
-			FAIL("thread %d: no answer to acquire %lld within 20 s", w->index, (long long)id);
-		if (!json_is_true(json_object_get(resp, "ok"))) {
-			json_t *code = json_object_get(json_object_get(resp, "error"), "code");
-			bool to = short_wait && json_is_string(code) &&
-			          strcmp(json_string_value(code), "timeout") == 0;
-			char *d = json_dumps(resp, JSON_COMPACT);
-			json_decref(resp);
-			if (to) {
-				free(d);
-				w->timeouts++;
-				continue;
-			}
-			snprintf(w->error, sizeof(w->error), "thread %d: acquire failed: %s", w->index,
-			         d ? d : "?");
-			free(d);
-			goto out;
-		}
+		if (s != WL_OK)
+			break;
 		/* inside the critical section */
 		int64_t enter = mc_now_ns();
 		if (excl) {
@@ -777,15 +686,7 @@ static void *worker(void *arg)
 			if (atomic_load(&writers_in) != 0)
 				atomic_fetch_add(&live_violations, 1);
 		}
-		json_int_t fence = json_integer_value(json_object_get(resp, "fence"));
-		json_int_t count = json_integer_value(json_object_get(resp, "count"));
-		const char *mode = json_string_value(json_object_get(resp, "mode"));
-		char lease[256];
-		snprintf(lease, sizeof(lease), "%s",
-		         json_string_value(json_object_get(resp, "lease")) ?: "");
-		bool mode_ok = mode && strcmp(mode, excl ? "exclusive" : "shared") == 0;
-		json_decref(resp);
-		usleep(500 + mc_rand(&w->seed) % 1000);
+		usleep(500 + mc_rand(&t->seed) % 1000);
 		if (excl)
 			atomic_fetch_sub(&writers_in, 1);
 		else
@@ -793,45 +694,22 @@ static void *worker(void *arg)
 		int64_t exit_ = mc_now_ns();
 		pthread_mutex_lock(&log_mu);
 		if (nlog < MAX_LOG)
-			ilog[nlog++] = (interval_t){enter, exit_, fence, excl, w->index};
+			ilog[nlog++] = (interval_t){enter, exit_, g.fence, excl, t->index};
 		pthread_mutex_unlock(&log_mu);
 		if (excl)
 			w->grants_x++;
 		else
 			w->grants_s++;
-		if (count != 1 || !mode_ok)
-			FAIL("thread %d: fresh %s acquire answered count %lld mode %s", w->index,
-			     excl ? "exclusive" : "shared", (long long)count, mode ? mode : "?");
-
-		if (mc_rand(&w->seed) % 12 == 0) {
-			/* abrupt disconnect while holding */
-			mc_close(&c);
-			w->aborts++;
-			continue;
+		if (g.count != 1 || strcmp(g.mode, excl ? "exclusive" : "shared") != 0) {
+			wl_fail(t, "fresh %s acquire answered count %lld mode %s",
+			        excl ? "exclusive" : "shared", (long long)g.count, g.mode[0] ? g.mode : "?");
+			break;
 		}
-		id++;
-		snprintf(line, sizeof(line), "{\"id\":%lld,\"op\":\"release\",\"lease\":\"%s\"}\n",
-		         (long long)id, lease);
-		if (!mc_send(&c, line))
-			FAIL("thread %d: send failed", w->index);
-		resp = mc_wait(&c, id, 10000);
-		if (!resp)
-			FAIL("thread %d: no answer to release", w->index);
-		bool ok = json_is_true(json_object_get(resp, "ok")) &&
-		          json_integer_value(json_object_get(resp, "count")) == 0;
-		char *d = json_dumps(resp, JSON_COMPACT);
-		json_decref(resp);
-		if (!ok) {
-			snprintf(w->error, sizeof(w->error),
-			         "thread %d: release of %s (fence %lld) failed: %s; last event: %s",
-			         w->index, lease, (long long)fence, d ? d : "?", c.last_event);
-			free(d);
-			goto out;
-		}
-		free(d);
+		s = wl_release(t, &g);
+		if (s != WL_OK && s != WL_AGAIN)
+			break;
 	}
-out:
-	mc_close(&c);
+	mc_close(&t->c);
 	return NULL;
 }
 
@@ -848,7 +726,6 @@ LB_TEST(rwlock, safety_exclusive_never_overlaps_under_mixed_workload, 60)
 	lb_redis *r = lb_redis_start(false);
 	lb_broker *br[2] = {lb_broker_start(r, NULL), lb_broker_start(r, NULL)};
 	static worker_t w[NTHREADS];
-	pthread_t th[NTHREADS];
 	int64_t end = lb_now_ms() + RUN_MS;
 
 	nlog = 0;
@@ -857,24 +734,18 @@ LB_TEST(rwlock, safety_exclusive_never_overlaps_under_mixed_workload, 60)
 	atomic_store(&live_violations, 0);
 	for (int k = 0; k < NTHREADS; k++) {
 		memset(&w[k], 0, sizeof(w[k]));
-		w[k].index = k;
-		w[k].port = lb_broker_port(br[k % 2]);
-		w[k].unix_path = (k / 2) % 2 ? lb_broker_unix_path(br[k % 2]) : NULL;
-		w[k].end_ms = end;
-		w[k].seed = 4242u + 7919u * (unsigned)k;
-		cr_assert_eq(pthread_create(&th[k], NULL, worker, &w[k]), 0);
+		wl_thread_init(&w[k].t, k, br, end, 4242u);
 	}
-	for (int k = 0; k < NTHREADS; k++)
-		pthread_join(th[k], NULL);
+	wl_run(NTHREADS, worker, w, sizeof(w[0]));
 
 	long gx = 0, gs = 0, timeouts = 0, walkaways = 0, aborts = 0;
 	for (int k = 0; k < NTHREADS; k++) {
-		cr_expect_eq(w[k].error[0], '\0', "%s", w[k].error);
+		cr_expect_eq(w[k].t.error[0], '\0', "%s", w[k].t.error);
 		gx += w[k].grants_x;
 		gs += w[k].grants_s;
-		timeouts += w[k].timeouts;
-		walkaways += w[k].walkaways;
-		aborts += w[k].aborts;
+		timeouts += w[k].t.timeouts;
+		walkaways += w[k].t.walkaways;
+		aborts += w[k].t.aborts;
 		cr_expect_gt(w[k].grants_x + w[k].grants_s, 0, "thread %d was never granted", k);
 	}
 	cr_log_info("%ld exclusive and %ld shared grants, %ld timeouts, %ld disconnects while "
@@ -920,8 +791,8 @@ LB_TEST(rwlock, safety_exclusive_never_overlaps_under_mixed_workload, 60)
 	}
 	cr_log_info("%d intervals, %ld pairs of overlapping shared holders", n, shared_overlaps);
 	for (int k = 0; k < NTHREADS; k++)
-		if (w[k].error[0])
-			cr_assert_fail("%s", w[k].error);
+		if (w[k].t.error[0])
+			cr_assert_fail("%s", w[k].t.error);
 	cr_assert_gt(gx, 30, "only %ld exclusive grants", gx);
 	cr_assert_gt(gs, 30, "only %ld shared grants", gs);
 	cr_assert_gt(shared_overlaps, 0, "shared holders never coexisted");

@@ -8,87 +8,37 @@
  * reentrant; inspect; and a safety check under a contended workload (never
  * more than N holders at once).
  *
- * The multi-threaded workload uses its own tiny blocking client (the harness
- * client is not thread-safe), as test_mutex.c does. Worker threads never call
- * cr_assert: they record what went wrong and the main thread asserts.
+ * The multi-threaded workload's threads and their rounds (acquire, release,
+ * walk-aways, abrupt disconnects) are those of workload.h, as in
+ * test_mutex.c. Worker threads never call cr_assert: they record what went
+ * wrong and the main thread asserts.
  */
-#include "tests/integration/harness.h"
-#include "tests/integration/mclient.h"
+#include "tests/integration/workload.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 /* ---- acquire requests ------------------------------------------------------------ */
 
-/* Options of an acquire; -1 / NULL = leave the field out. Build with AO(...). */
-typedef struct {
-	int limit;
-	const char *mode;
-	int wait_ms;
-	int fair;
-	const char *owner;
-	int ttl_ms;
-	int watchdog;
-} aopt;
-
-#define AO(...)                                                                                \
-	((aopt){.limit = -1, .mode = NULL, .wait_ms = -1, .fair = -1, .owner = NULL, .ttl_ms = -1, \
-	        .watchdog = -1, __VA_ARGS__})
-
+/* LB_AO(...) overrides its own defaults. */
 #if defined(__clang__)
 #pragma clang diagnostic ignored "-Winitializer-overrides"
 #else
 #pragma GCC diagnostic ignored "-Woverride-init"
 #endif
 
-static json_t *acq_req(const char *lock, aopt o)
-{
-	json_t *req = json_object();
-	json_object_set_new(req, "op", json_string("acquire"));
-	json_object_set_new(req, "lock", json_string(lock));
-	if (o.limit >= 0)
-		json_object_set_new(req, "limit", json_integer(o.limit));
-	if (o.mode)
-		json_object_set_new(req, "mode", json_string(o.mode));
-	if (o.wait_ms >= 0)
-		json_object_set_new(req, "wait_ms", json_integer(o.wait_ms));
-	if (o.fair >= 0)
-		json_object_set_new(req, "fair", json_boolean(o.fair));
-	if (o.owner)
-		json_object_set_new(req, "owner", json_string(o.owner));
-	if (o.ttl_ms >= 0)
-		json_object_set_new(req, "ttl_ms", json_integer(o.ttl_ms));
-	if (o.watchdog >= 0)
-		json_object_set_new(req, "watchdog", json_boolean(o.watchdog));
-	return req;
-}
-
-/* Sends an acquire without waiting; returns its id. */
-static json_t *acq_send(lb_client *c, const char *lock, aopt o)
-{
-	return lb_send_req(c, "o", acq_req(lock, o));
-}
-
 /* Sends an acquire and waits for its answer. */
-static json_t *acq_call(lb_client *c, const char *lock, aopt o)
+static json_t *acq_call(lb_client *c, const char *lock, lb_aopt o)
 {
-	return lb_call_json(c, acq_req(lock, o), LB_CALL_TIMEOUT_MS);
+	return lb_acq_call(c, lock, o, LB_CALL_TIMEOUT_MS);
 }
 
 /* A semaphore acquire that must be granted at once (wait_ms 0). */
-static json_t *permit_now(lb_client *c, const char *lock, aopt o)
+static json_t *permit_now(lb_client *c, const char *lock, lb_aopt o)
 {
 	o.wait_ms = 0;
 	json_t *r = acq_call(c, lock, o);
@@ -116,7 +66,7 @@ static json_t *expect_permit(lb_client *c, json_t *id, int64_t t0, int max_ms, c
 }
 
 /* Asserts that an acquire is answered conflict at once. */
-static void expect_conflict(lb_client *c, const char *lock, aopt o, const char *what)
+static void expect_conflict(lb_client *c, const char *lock, lb_aopt o, const char *what)
 {
 	int64_t t0 = lb_now_ms();
 	json_t *r = acq_call(c, lock, o);
@@ -154,15 +104,15 @@ LB_TEST(semaphore, up_to_limit_holders_then_fifo_queue, 30)
 	static const int ttl[3] = {5000, 10000, 300}; /* the last renewed by its watchdog */
 	json_t *g[3];
 
-	lb_expect_err(acq_call(o, "sem", AO(.limit = 3, .mode = "shared", .wait_ms = 0)),
+	lb_expect_err(acq_call(o, "sem", LB_AO(.limit = 3, .mode = "shared", .wait_ms = 0)),
 	              "invalid_argument");
-	lb_expect_err(acq_call(o, "sem", AO(.limit = 3, .mode = "exclusive", .wait_ms = 0)),
+	lb_expect_err(acq_call(o, "sem", LB_AO(.limit = 3, .mode = "exclusive", .wait_ms = 0)),
 	              "invalid_argument");
 	lb_expect_free(o, "sem");
 
 	json_int_t last_fence = 0;
 	for (int k = 0; k < 3; k++) {
-		g[k] = permit_now(h[k], "sem", AO(.limit = 3, .ttl_ms = ttl[k], .fair = k != 1));
+		g[k] = permit_now(h[k], "sem", LB_AO(.limit = 3, .ttl_ms = ttl[k], .fair = k != 1));
 		cr_assert_eq(lb_int(g[k], "ttl_ms"), ttl[k], "%s", lb_dump(g[k]));
 		cr_assert_str_eq(lb_str(g[k], "lock"), "sem");
 		cr_assert_gt(lb_int(g[k], "fence"), last_fence, "fences strictly increase");
@@ -186,14 +136,14 @@ LB_TEST(semaphore, up_to_limit_holders_then_fifo_queue, 30)
 	cr_assert_eq(seen, 7, "every holder has its own TTL: %s", lb_dump(in));
 
 	/* the 4th does not get in, fair or not */
-	lb_expect_err(acq_call(o, "sem", AO(.limit = 3, .wait_ms = 0)), "timeout");
-	lb_expect_err(acq_call(o, "sem", AO(.limit = 3, .wait_ms = 0, .fair = 0)), "timeout");
-	lb_expect_err(acq_call(o, "sem", AO(.limit = 3, .wait_ms = 150)), "timeout");
+	lb_expect_err(acq_call(o, "sem", LB_AO(.limit = 3, .wait_ms = 0)), "timeout");
+	lb_expect_err(acq_call(o, "sem", LB_AO(.limit = 3, .wait_ms = 0, .fair = 0)), "timeout");
+	lb_expect_err(acq_call(o, "sem", LB_AO(.limit = 3, .wait_ms = 150)), "timeout");
 
 	/* three waiters in arrival order, on both brokers */
 	json_t *iw[3];
 	for (int k = 0; k < 3; k++) {
-		iw[k] = acq_send(w[k], "sem", AO(.limit = 3));
+		iw[k] = lb_acq_send(w[k], "sem", LB_AO(.limit = 3));
 		lb_sleep_ms(30);
 	}
 	lb_wait_waiters(o, "sem", 3, 2000);
@@ -240,7 +190,7 @@ LB_TEST(semaphore, permits_are_not_reentrant, 20)
 
 	/* the same session and owner: a new permit and a new lease each time */
 	for (int k = 0; k < 3; k++) {
-		g[k] = permit_now(c, "nr", AO(.limit = 3, .owner = "me"));
+		g[k] = permit_now(c, "nr", LB_AO(.limit = 3, .owner = "me"));
 		for (int j = 0; j < k; j++) {
 			cr_assert_str_neq(lb_str(g[k], "lease"), lb_str(g[j], "lease"));
 			cr_assert_gt(lb_int(g[k], "fence"), lb_int(g[j], "fence"));
@@ -259,14 +209,14 @@ LB_TEST(semaphore, permits_are_not_reentrant, 20)
 		cr_assert_str_eq(lb_str(json_array_get(lb_get(ls, "leases"), k), "mode"), "permit",
 		                 "%s", lb_dump(ls));
 	/* the 4th acquire of the same owner finds no permit: it is not reentrant */
-	lb_expect_err(acq_call(c, "nr", AO(.limit = 3, .owner = "me", .wait_ms = 0)), "timeout");
-	lb_expect_err(acq_call(c, "nr", AO(.limit = 3, .owner = "me", .wait_ms = 100)), "timeout");
+	lb_expect_err(acq_call(c, "nr", LB_AO(.limit = 3, .owner = "me", .wait_ms = 0)), "timeout");
+	lb_expect_err(acq_call(c, "nr", LB_AO(.limit = 3, .owner = "me", .wait_ms = 100)), "timeout");
 	/* each release frees its own permit */
 	cr_assert_eq(lb_release(c, lb_str(g[1], "lease")), 0);
 	lb_expect_err(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lb_str(g[1], "lease")),
 	              "not_held");
 	expect_sem(o, "nr", 3, 2, 0);
-	json_t *g4 = permit_now(c, "nr", AO(.limit = 3, .owner = "me"));
+	json_t *g4 = permit_now(c, "nr", LB_AO(.limit = 3, .owner = "me"));
 	cr_assert_str_neq(lb_str(g4, "lease"), lb_str(g[0], "lease"));
 	cr_assert_str_neq(lb_str(g4, "lease"), lb_str(g[2], "lease"));
 	cr_assert_eq(lb_release(c, lb_str(g[0], "lease")), 0);
@@ -290,11 +240,11 @@ LB_TEST(semaphore, expired_permit_goes_to_the_next_waiter, 30)
 	lb_client *o = lb_connect(a, LB_TCP);
 
 	int64_t t1 = lb_now_ms();
-	json_t *g1 = permit_now(p1, "exp", AO(.limit = 2, .ttl_ms = 400, .watchdog = 0));
-	json_t *g2 = permit_now(p2, "exp", AO(.limit = 2, .ttl_ms = 300));
-	json_t *i1 = acq_send(w1, "exp", AO(.limit = 2));
+	json_t *g1 = permit_now(p1, "exp", LB_AO(.limit = 2, .ttl_ms = 400, .watchdog = 0));
+	json_t *g2 = permit_now(p2, "exp", LB_AO(.limit = 2, .ttl_ms = 300));
+	json_t *i1 = lb_acq_send(w1, "exp", LB_AO(.limit = 2));
 	lb_sleep_ms(30);
-	json_t *i2 = acq_send(w2, "exp", AO(.limit = 2, .ttl_ms = 300, .watchdog = 0));
+	json_t *i2 = lb_acq_send(w2, "exp", LB_AO(.limit = 2, .ttl_ms = 300, .watchdog = 0));
 	lb_wait_waiters(o, "exp", 2, 1000);
 
 	/* P1 expires (400 ms): W1 within 1.5 s of the expiry; P2 stays */
@@ -312,9 +262,9 @@ LB_TEST(semaphore, expired_permit_goes_to_the_next_waiter, 30)
 	cr_assert_eq(lb_release(w1, lb_str(gw1, "lease")), 0);
 	json_t *gw2 = expect_permit(w2, i2, t0, 500, "W2 after W1's release");
 	int64_t t2 = lb_now_ms();
-	json_t *i3 = acq_send(w1, "exp", AO(.limit = 2));
+	json_t *i3 = lb_acq_send(w1, "exp", LB_AO(.limit = 2));
 	lb_sleep_ms(20);
-	json_t *i4 = acq_send(p1, "exp", AO(.limit = 2));
+	json_t *i4 = lb_acq_send(p1, "exp", LB_AO(.limit = 2));
 	lb_wait_waiters(o, "exp", 2, 1000);
 	json_t *gw3 = expect_permit(w1, i3, t2, 300 + 1500, "W3 after W2's expiry");
 	lb_expect_lost(w2, lb_str(gw2, "lease"), t2, 300 + 1500, "W2 (watchdog false, ttl 300)");
@@ -343,13 +293,13 @@ LB_TEST(semaphore, session_end_returns_the_permit_at_once, 30)
 	lb_client *w3 = lb_connect(b, LB_TCP);
 	lb_client *o = lb_connect(a, LB_TCP);
 
-	permit_now(p1, "se", AO(.limit = 2));
-	json_t *g2 = permit_now(p2, "se", AO(.limit = 2));
-	json_t *i1 = acq_send(w1, "se", AO(.limit = 2));
+	permit_now(p1, "se", LB_AO(.limit = 2));
+	json_t *g2 = permit_now(p2, "se", LB_AO(.limit = 2));
+	json_t *i1 = lb_acq_send(w1, "se", LB_AO(.limit = 2));
 	lb_sleep_ms(30);
-	acq_send(w2, "se", AO(.limit = 2));
+	lb_acq_send(w2, "se", LB_AO(.limit = 2));
 	lb_sleep_ms(30);
-	json_t *i3 = acq_send(w3, "se", AO(.limit = 2));
+	json_t *i3 = lb_acq_send(w3, "se", LB_AO(.limit = 2));
 	lb_wait_waiters(o, "se", 3, 2000);
 
 	/* a waiter that disconnects is withdrawn */
@@ -370,13 +320,13 @@ LB_TEST(semaphore, session_end_returns_the_permit_at_once, 30)
 
 	/* a session with two permits gives both back when it ends */
 	cr_assert_eq(lb_release(w3, lb_str(gw3, "lease")), 0);
-	json_t *g2b = permit_now(p2, "se", AO(.limit = 2));
+	json_t *g2b = permit_now(p2, "se", LB_AO(.limit = 2));
 	cr_assert_str_neq(lb_str(g2b, "lease"), lb_str(g2, "lease"));
 	lb_client *w4 = lb_connect(a, LB_UNIX);
 	lb_client *w5 = lb_connect(b, LB_UNIX);
-	json_t *i4 = acq_send(w4, "se", AO(.limit = 2));
+	json_t *i4 = lb_acq_send(w4, "se", LB_AO(.limit = 2));
 	lb_sleep_ms(30);
-	json_t *i5 = acq_send(w5, "se", AO(.limit = 2, .fair = 0));
+	json_t *i5 = lb_acq_send(w5, "se", LB_AO(.limit = 2, .fair = 0));
 	lb_wait_waiters(o, "se", 2, 2000);
 	t0 = lb_now_ms();
 	lb_close(p2);
@@ -403,14 +353,14 @@ LB_TEST(semaphore, kind_and_limit_are_fixed_while_held_or_awaited, 30)
 
 	/* a lock held exclusive: a semaphore request conflicts, with or without
 	 * waiting, fair or not, on either broker */
-	json_t *gx = permit_now(x, "kind", AO(.mode = "exclusive"));
-	expect_conflict(c, "kind", AO(.limit = 2, .wait_ms = 0), "semaphore on an exclusive lock");
-	expect_conflict(c, "kind", AO(.limit = 2), "semaphore (no wait_ms) on an exclusive lock");
-	expect_conflict(d, "kind", AO(.limit = 1, .fair = 0), "semaphore limit 1 on a lock");
+	json_t *gx = permit_now(x, "kind", LB_AO(.mode = "exclusive"));
+	expect_conflict(c, "kind", LB_AO(.limit = 2, .wait_ms = 0), "semaphore on an exclusive lock");
+	expect_conflict(c, "kind", LB_AO(.limit = 2), "semaphore (no wait_ms) on an exclusive lock");
+	expect_conflict(d, "kind", LB_AO(.limit = 1, .fair = 0), "semaphore limit 1 on a lock");
 	/* ... also with a lock waiter queued */
-	json_t *iw = acq_send(w, "kind", AO(.mode = "exclusive"));
+	json_t *iw = lb_acq_send(w, "kind", LB_AO(.mode = "exclusive"));
 	lb_wait_waiters(c, "kind", 1, 2000);
-	expect_conflict(c, "kind", AO(.limit = 2, .wait_ms = 1000), "semaphore on a lock w/ waiter");
+	expect_conflict(c, "kind", LB_AO(.limit = 2, .wait_ms = 1000), "semaphore on a lock w/ waiter");
 	json_t *in = lb_inspect(c, "kind");
 	cr_assert_str_eq(lb_str(in, "state"), "exclusive", "%s", lb_dump(in));
 	cr_assert_eq(lb_int(in, "waiters"), 1, "a conflict does not queue: %s", lb_dump(in));
@@ -419,37 +369,37 @@ LB_TEST(semaphore, kind_and_limit_are_fixed_while_held_or_awaited, 30)
 	lb_expect_ok(gw);
 	cr_assert_eq(lb_release(w, lb_str(gw, "lease")), 0);
 	/* a lock held shared */
-	json_t *gs = permit_now(x, "kind", AO(.mode = "shared"));
-	expect_conflict(d, "kind", AO(.limit = 5), "semaphore on a shared lock");
+	json_t *gs = permit_now(x, "kind", LB_AO(.mode = "shared"));
+	expect_conflict(d, "kind", LB_AO(.limit = 5), "semaphore on a shared lock");
 	cr_assert_eq(lb_release(x, lb_str(gs, "lease")), 0);
 	lb_expect_free(c, "kind");
 
 	/* free: the name may become a semaphore */
-	json_t *p1 = permit_now(x, "kind", AO(.limit = 2));
-	expect_conflict(c, "kind", AO(.mode = "exclusive", .wait_ms = 0), "lock on a semaphore");
-	expect_conflict(c, "kind", AO(), "lock (no wait_ms) on a semaphore");
-	expect_conflict(d, "kind", AO(.mode = "shared", .fair = 0), "shared lock on a semaphore");
-	expect_conflict(d, "kind", AO(.limit = 3), "semaphore with another limit");
-	expect_conflict(c, "kind", AO(.limit = 1, .wait_ms = 0), "semaphore with a smaller limit");
-	json_t *p2 = permit_now(w, "kind", AO(.limit = 2));
+	json_t *p1 = permit_now(x, "kind", LB_AO(.limit = 2));
+	expect_conflict(c, "kind", LB_AO(.mode = "exclusive", .wait_ms = 0), "lock on a semaphore");
+	expect_conflict(c, "kind", LB_AO(), "lock (no wait_ms) on a semaphore");
+	expect_conflict(d, "kind", LB_AO(.mode = "shared", .fair = 0), "shared lock on a semaphore");
+	expect_conflict(d, "kind", LB_AO(.limit = 3), "semaphore with another limit");
+	expect_conflict(c, "kind", LB_AO(.limit = 1, .wait_ms = 0), "semaphore with a smaller limit");
+	json_t *p2 = permit_now(w, "kind", LB_AO(.limit = 2));
 	/* full, with a semaphore waiter queued */
-	json_t *iq = acq_send(d, "kind", AO(.limit = 2));
+	json_t *iq = lb_acq_send(d, "kind", LB_AO(.limit = 2));
 	lb_wait_waiters(c, "kind", 1, 2000);
-	expect_conflict(c, "kind", AO(.mode = "exclusive"), "lock on a full semaphore w/ waiter");
-	expect_conflict(c, "kind", AO(.limit = 4, .fair = 0), "other limit on a full semaphore");
+	expect_conflict(c, "kind", LB_AO(.mode = "exclusive"), "lock on a full semaphore w/ waiter");
+	expect_conflict(c, "kind", LB_AO(.limit = 4, .fair = 0), "other limit on a full semaphore");
 	expect_sem(c, "kind", 2, 2, 1);
 	cr_assert_eq(lb_release(x, lb_str(p1, "lease")), 0);
 	json_t *gq = expect_permit(d, iq, lb_now_ms(), 500, "the semaphore waiter");
 	cr_assert_eq(lb_release(w, lb_str(p2, "lease")), 0);
-	expect_conflict(c, "kind", AO(.mode = "shared", .wait_ms = 0), "lock on a semaphore");
+	expect_conflict(c, "kind", LB_AO(.mode = "shared", .wait_ms = 0), "lock on a semaphore");
 	cr_assert_eq(lb_release(d, lb_str(gq, "lease")), 0);
 	lb_expect_no_queue(r, c, "kind", 2000, true);
 
 	/* neither holders nor waiters: a lock again, then another limit */
-	json_t *l = permit_now(c, "kind", AO(.mode = "exclusive"));
+	json_t *l = permit_now(c, "kind", LB_AO(.mode = "exclusive"));
 	cr_assert_str_eq(lb_str(l, "mode"), "exclusive");
 	cr_assert_eq(lb_release(c, lb_str(l, "lease")), 0);
-	json_t *q = permit_now(c, "kind", AO(.limit = 7));
+	json_t *q = permit_now(c, "kind", LB_AO(.limit = 7));
 	expect_sem(d, "kind", 7, 1, 0);
 	cr_assert_eq(lb_release(c, lb_str(q, "lease")), 0);
 	lb_expect_no_queue(r, c, "kind", 2000, true);
@@ -471,22 +421,22 @@ LB_TEST(semaphore, only_waiters_keep_the_kind_and_fair_false_barges, 40)
 	lb_client *c = lb_connect(b, LB_UNIX);
 	lb_client *d = lb_connect(a, LB_UNIX);
 
-	json_t *g1 = permit_now(h1, "ow", AO(.limit = 2));
-	json_t *g2 = permit_now(h2, "ow", AO(.limit = 2));
-	acq_send(dw, "ow", AO(.limit = 2));
+	json_t *g1 = permit_now(h1, "ow", LB_AO(.limit = 2));
+	json_t *g2 = permit_now(h2, "ow", LB_AO(.limit = 2));
+	lb_acq_send(dw, "ow", LB_AO(.limit = 2));
 	lb_wait_waiters(c, "ow", 1, 2000);
 	lb_broker_kill9(dead);
 	int64_t tk = lb_now_ms();
 
 	/* a permit is free, the dead waiter still heads the queue */
 	cr_assert_eq(lb_release(h1, lb_str(g1, "lease")), 0);
-	lb_expect_err(acq_call(c, "ow", AO(.limit = 2, .wait_ms = 0, .fair = 1)), "timeout");
-	json_t *bg = acq_call(d, "ow", AO(.limit = 2, .wait_ms = 0, .fair = 0));
+	lb_expect_err(acq_call(c, "ow", LB_AO(.limit = 2, .wait_ms = 0, .fair = 1)), "timeout");
+	json_t *bg = acq_call(d, "ow", LB_AO(.limit = 2, .wait_ms = 0, .fair = 0));
 	cr_assert(lb_is_ok(bg), "fair:false with a free permit and a queue: %s (%lld ms after the kill)",
 	          lb_dump(bg), (long long)(lb_now_ms() - tk));
 	cr_assert_str_eq(lb_str(bg, "mode"), "permit");
 	/* no permit free: fair:false does not get in */
-	lb_expect_err(acq_call(c, "ow", AO(.limit = 2, .wait_ms = 0, .fair = 0)), "timeout");
+	lb_expect_err(acq_call(c, "ow", LB_AO(.limit = 2, .wait_ms = 0, .fair = 0)), "timeout");
 	cr_assert_eq(lb_release(d, lb_str(bg, "lease")), 0);
 	cr_assert_eq(lb_release(h2, lb_str(g2, "lease")), 0);
 
@@ -494,9 +444,9 @@ LB_TEST(semaphore, only_waiters_keep_the_kind_and_fair_false_barges, 40)
 	json_t *in = lb_inspect(c, "ow");
 	cr_assert_eq(lb_nholders(in), 0, "%s", lb_dump(in));
 	cr_assert_eq(lb_int(in, "waiters"), 1, "%s", lb_dump(in));
-	expect_conflict(c, "ow", AO(.mode = "exclusive", .wait_ms = 0), "lock on an awaited semaphore");
-	expect_conflict(d, "ow", AO(.mode = "shared"), "shared lock on an awaited semaphore");
-	expect_conflict(c, "ow", AO(.limit = 3, .wait_ms = 0), "another limit, awaited semaphore");
+	expect_conflict(c, "ow", LB_AO(.mode = "exclusive", .wait_ms = 0), "lock on an awaited semaphore");
+	expect_conflict(d, "ow", LB_AO(.mode = "shared"), "shared lock on an awaited semaphore");
+	expect_conflict(c, "ow", LB_AO(.limit = 3, .wait_ms = 0), "another limit, awaited semaphore");
 	cr_assert_lt(lb_now_ms() - tk, 4000, "the checks above must run before the waiter is dropped");
 
 	/* the dead waiter is dropped: the name may be reused with another kind */
@@ -504,7 +454,7 @@ LB_TEST(semaphore, only_waiters_keep_the_kind_and_fair_false_barges, 40)
 	while (lb_inspect_waiters(c, "ow") != 0 && lb_now_ms() < deadline)
 		lb_sleep_ms(50);
 	cr_assert_eq(lb_inspect_waiters(c, "ow"), 0, "the dead broker's waiter was never dropped");
-	json_t *l = permit_now(c, "ow", AO(.mode = "exclusive"));
+	json_t *l = permit_now(c, "ow", LB_AO(.mode = "exclusive"));
 	cr_assert_eq(lb_release(c, lb_str(l, "lease")), 0);
 	lb_expect_no_queue(r, c, "ow", 2000, true);
 	lb_end();
@@ -530,123 +480,50 @@ static int nlog;
 static atomic_int inside, max_inside;
 
 typedef struct {
-	int index;
-	int port;
-	const char *unix_path; /* NULL: TCP */
-	int64_t end_ms;
-	unsigned seed;
-	long grants, timeouts, walkaways, aborts;
-	char error[2048];
+	wl_thread t;
+	long grants;
 } worker_t;
-
-#define FAIL(...)                                                                              \
-	do {                                                                                       \
-		snprintf(w->error, sizeof(w->error), __VA_ARGS__);                                     \
-		goto out;                                                                              \
-	} while (0)
 
 static void *worker(void *arg)
 {
 	worker_t *w = arg;
-	mclient c = {.fd = -1};
-	json_int_t id = 0;
+	wl_thread *t = &w->t;
+	char fields[64];
+	wl_grant g;
 
-	while (lb_now_ms() < w->end_ms) {
-		if (c.fd < 0 && mc_connect(&c, w->port, w->unix_path) != 0)
-			FAIL("thread %d: cannot connect to the broker: %s", w->index, strerror(errno));
-		bool fair = mc_rand(&w->seed) % 4 != 0;
-		unsigned dice = mc_rand(&w->seed) % 20;
-		bool short_wait = dice < 3;
-		char line[512], waitf[64] = "";
-		id++;
-		if (short_wait)
-			snprintf(waitf, sizeof(waitf), ",\"wait_ms\":%u", mc_rand(&w->seed) % 15);
-		snprintf(line, sizeof(line),
-		         "{\"id\":%lld,\"op\":\"acquire\",\"lock\":\"" SLOCK
-		         "\",\"limit\":%d,\"fair\":%s,\"ttl_ms\":10000%s}\n",
-		         (long long)id, LIMIT, fair ? "true" : "false", waitf);
-		if (!mc_send(&c, line))
-			FAIL("thread %d: send failed", w->index);
-		if (dice == 3) {
-			/* gives up while waiting (or just granted): disconnects */
-			mc_close(&c);
-			w->walkaways++;
+	while (lb_now_ms() < t->end_ms) {
+		bool fair = mc_rand(&t->seed) % 4 != 0;
+		snprintf(fields, sizeof(fields), ",\"limit\":%d,\"fair\":%s", LIMIT,
+		         fair ? "true" : "false");
+		wl_step s = wl_acquire(t, SLOCK, fields, 0, &g);
+		if (s == WL_AGAIN)
 			continue;
-		}
-		json_t *resp = mc_wait(&c, id, 20000);
-		if (!resp)
-			FAIL("thread %d: no answer to acquire %lld within 20 s", w->index, (long long)id);
-		if (!json_is_true(json_object_get(resp, "ok"))) {
-			json_t *code = json_object_get(json_object_get(resp, "error"), "code");
-			bool to = short_wait && json_is_string(code) &&
-			          strcmp(json_string_value(code), "timeout") == 0;
-			char *d = json_dumps(resp, JSON_COMPACT);
-			json_decref(resp);
-			if (to) {
-				free(d);
-				w->timeouts++;
-				continue;
-			}
-			snprintf(w->error, sizeof(w->error), "thread %d: acquire failed: %s", w->index,
-			         d ? d : "?");
-			free(d);
-			goto out;
-		}
+		if (s != WL_OK)
+			break;
 		/* inside */
 		int now = atomic_fetch_add(&inside, 1) + 1;
 		int m = atomic_load(&max_inside);
 		while (now > m && !atomic_compare_exchange_weak(&max_inside, &m, now))
 			;
 		int64_t enter = mc_now_ns();
-		json_int_t fence = json_integer_value(json_object_get(resp, "fence"));
-		json_int_t count = json_integer_value(json_object_get(resp, "count"));
-		const char *mode = json_string_value(json_object_get(resp, "mode"));
-		bool mode_ok = mode && strcmp(mode, "permit") == 0;
-		char lease[256];
-		snprintf(lease, sizeof(lease), "%s",
-		         json_string_value(json_object_get(resp, "lease")) ?: "");
-		json_decref(resp);
-		usleep(500 + mc_rand(&w->seed) % 1500);
+		usleep(500 + mc_rand(&t->seed) % 1500);
 		int64_t exit_ = mc_now_ns();
 		atomic_fetch_sub(&inside, 1);
 		pthread_mutex_lock(&log_mu);
 		if (nlog < MAX_LOG)
-			ilog[nlog++] = (interval_t){enter, exit_, fence, w->index};
+			ilog[nlog++] = (interval_t){enter, exit_, g.fence, t->index};
 		pthread_mutex_unlock(&log_mu);
 		w->grants++;
-		if (count != 1 || !mode_ok)
-			FAIL("thread %d: a permit answered count %lld mode %s", w->index,
-			     (long long)count, mode ? mode : "?");
-
-		if (mc_rand(&w->seed) % 12 == 0) {
-			/* abrupt disconnect while holding */
-			mc_close(&c);
-			w->aborts++;
-			continue;
+		if (g.count != 1 || strcmp(g.mode, "permit") != 0) {
+			wl_fail(t, "a permit answered count %lld mode %s", (long long)g.count,
+			        g.mode[0] ? g.mode : "?");
+			break;
 		}
-		id++;
-		snprintf(line, sizeof(line), "{\"id\":%lld,\"op\":\"release\",\"lease\":\"%s\"}\n",
-		         (long long)id, lease);
-		if (!mc_send(&c, line))
-			FAIL("thread %d: send failed", w->index);
-		resp = mc_wait(&c, id, 10000);
-		if (!resp)
-			FAIL("thread %d: no answer to release", w->index);
-		bool ok = json_is_true(json_object_get(resp, "ok")) &&
-		          json_integer_value(json_object_get(resp, "count")) == 0;
-		char *d = json_dumps(resp, JSON_COMPACT);
-		json_decref(resp);
-		if (!ok) {
-			snprintf(w->error, sizeof(w->error),
-			         "thread %d: release of %s (fence %lld) failed: %s; last event: %s",
-			         w->index, lease, (long long)fence, d ? d : "?", c.last_event);
-			free(d);
-			goto out;
-		}
-		free(d);
+		s = wl_release(t, &g);
+		if (s != WL_OK && s != WL_AGAIN)
+			break;
 	}
-out:
-	mc_close(&c);
+	mc_close(&t->c);
 	return NULL;
 }
 
@@ -674,7 +551,6 @@ LB_TEST(semaphore, safety_never_more_than_limit_holders, 60)
 	lb_redis *r = lb_redis_start(false);
 	lb_broker *br[2] = {lb_broker_start(r, NULL), lb_broker_start(r, NULL)};
 	static worker_t w[NTHREADS];
-	pthread_t th[NTHREADS];
 	int64_t end = lb_now_ms() + RUN_MS;
 
 	nlog = 0;
@@ -682,23 +558,17 @@ LB_TEST(semaphore, safety_never_more_than_limit_holders, 60)
 	atomic_store(&max_inside, 0);
 	for (int k = 0; k < NTHREADS; k++) {
 		memset(&w[k], 0, sizeof(w[k]));
-		w[k].index = k;
-		w[k].port = lb_broker_port(br[k % 2]);
-		w[k].unix_path = (k / 2) % 2 ? lb_broker_unix_path(br[k % 2]) : NULL;
-		w[k].end_ms = end;
-		w[k].seed = 777u + 7919u * (unsigned)k;
-		cr_assert_eq(pthread_create(&th[k], NULL, worker, &w[k]), 0);
+		wl_thread_init(&w[k].t, k, br, end, 777u);
 	}
-	for (int k = 0; k < NTHREADS; k++)
-		pthread_join(th[k], NULL);
+	wl_run(NTHREADS, worker, w, sizeof(w[0]));
 
 	long grants = 0, timeouts = 0, walkaways = 0, aborts = 0;
 	for (int k = 0; k < NTHREADS; k++) {
-		cr_expect_eq(w[k].error[0], '\0', "%s", w[k].error);
+		cr_expect_eq(w[k].t.error[0], '\0', "%s", w[k].t.error);
 		grants += w[k].grants;
-		timeouts += w[k].timeouts;
-		walkaways += w[k].walkaways;
-		aborts += w[k].aborts;
+		timeouts += w[k].t.timeouts;
+		walkaways += w[k].t.walkaways;
+		aborts += w[k].t.aborts;
 		cr_expect_gt(w[k].grants, 0, "thread %d was never granted", k);
 	}
 	cr_log_info("%ld permits granted, %ld timeouts, %ld disconnects while waiting, %ld while "
@@ -730,8 +600,8 @@ LB_TEST(semaphore, safety_never_more_than_limit_holders, 60)
 		cr_assert_neq(ilog[i].fence, ilog[i - 1].fence, "threads %d and %d got fence %lld",
 		              ilog[i].thread, ilog[i - 1].thread, (long long)ilog[i].fence);
 	for (int k = 0; k < NTHREADS; k++)
-		if (w[k].error[0])
-			cr_assert_fail("%s", w[k].error);
+		if (w[k].t.error[0])
+			cr_assert_fail("%s", w[k].t.error);
 	cr_assert_gt(grants, 100, "only %ld permits in %d ms", grants, RUN_MS);
 	cr_assert_eq(peak, LIMIT, "the limit was never reached (peak %d): no contention", peak);
 	cr_assert_gt(aborts, 0, "no client disconnected while holding");
