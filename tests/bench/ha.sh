@@ -28,61 +28,16 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 LBD="$top/build/lockbrokerd"
 LB="$top/build/lbbench"
 PY=/usr/bin/python3
-QUICK=${BENCH_QUICK:-0}
 ROUNDS=${BENCH_HA_ROUNDS:-5}
 NAME=lbbench
 
-if [ "$QUICK" = 1 ]; then
-	SECS=${BENCH_SECONDS:-1}
-	REPS=1
-	WIN=$SECS
-else
-	SECS=${BENCH_SECONDS:-5}
-	REPS=3
-	WIN=$(awk -v s="$SECS" 'BEGIN { printf "%.2f", s * 0.6 }')
-fi
-for f in "$LBD" "$LB"; do
-	[ -x "$f" ] || { echo "ha.sh: $f is missing: run 'make bench'" >&2; exit 1; }
-done
-for t in redis-server redis-cli awk "$PY"; do
-	command -v "$t" >/dev/null 2>&1 || { echo "ha.sh: $t is missing (make deps)" >&2; exit 1; }
-done
-
-tmp=$(mktemp -d /tmp/lbbench-ha.XXXXXX)
-res="$tmp/results.txt"
-: >"$res"
-PIDS_FILE="$tmp/pids"
-: >"$PIDS_FILE"
-
-. "$top/tests/bench/lib.sh" # stop_pid, ratio
-cleanup() {
-	trap - INT TERM EXIT
-	# in the reverse order of their start
-	for p in $(awk '{ print $2 }' "$PIDS_FILE" | tac); do
-		stop_pid "$p"
-	done
-	if [ "${BENCH_KEEP:-0}" = 1 ]; then
-		echo "ha.sh: kept $tmp" >&2
-	else
-		rm -rf "$tmp"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$top/tests/bench/lib.sh"
+bench_windows 3
+bench_need ha.sh "$LBD" "$LB" -- redis-server redis-cli awk "$PY"
+bench_tmp ha
 
 free_port() {
 	"$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-pid_of() { # name: the pid recorded for it
-	awk -v n="$1" '$1 == n { p = $2 } END { print p }' "$PIDS_FILE"
-}
-wait_ping() { # port
-	n=0
-	until redis-cli -p "$1" ping >/dev/null 2>&1; do
-		n=$((n + 1))
-		[ $n -le 200 ] || { echo "ha.sh: nothing answers on port $1" >&2; exit 1; }
-		sleep 0.05
-	done
 }
 start_node() { # port [master port]
 	mkdir -p "$tmp/node-$1"
@@ -166,14 +121,6 @@ if ! "$LB" ready -e "$E0" -e "$E1" -d 20; then
 	tail -5 "$tmp/w0.log" "$tmp/w1.log" >&2
 	exit 1
 fi
-
-emit() {
-	echo "$1"
-	echo "$1" >>"$res"
-}
-median() { # values on stdin, one per line
-	sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 
 echo
 echo "# lockbroker HA benchmark ($(date -u '+%Y-%m-%d %H:%M UTC')), $(nproc) cpus, load $(cut -d" " -f1-3 /proc/loadavg)"
