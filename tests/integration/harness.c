@@ -184,6 +184,30 @@ int lb_try_free_tcp_port(int lo, int hi)
     return -1;
 }
 
+const char *lb_run_cmd(const char *cmd, int *status)
+{
+    static char out[262144];
+    FILE *p = popen(cmd, "r");
+    size_t n;
+
+    cr_assert_not_null(p, "popen %s", cmd);
+    n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = '\0';
+    *status = pclose(p);
+    return out;
+}
+
+double lb_metric_sample(const char *text, const char *series)
+{
+    size_t len = strlen(series);
+
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        if (strncmp(p, series, len) == 0 && p[len] == ' ')
+            return atof(p + len + 1);
+    }
+    return -1;
+}
+
 int lb_free_tcp_port(void)
 {
     int p = lb_try_free_tcp_port(0, 0);

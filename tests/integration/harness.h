@@ -100,6 +100,12 @@ void lb_redis_flushall(lb_redis *r);
  * in INFO commandstats); 0 when field is not there. Asserts info is the
  * text of an INFO. */
 long long lb_info_number(const redisReply *info, const char *field);
+/* Runs a shell command; returns its stdout (a static buffer, until the
+ * next call) and its exit status (pclose's). */
+const char *lb_run_cmd(const char *cmd, int *status);
+/* In Prometheus text: the value of the sample whose line starts with
+ * `series ` (name with its labels); -1 when absent. */
+double lb_metric_sample(const char *text, const char *series);
 
 /* Counts, with MONITOR, the commands clients send a Redis between two
  * markers (an ECHO on a connection of its own), calls made inside scripts

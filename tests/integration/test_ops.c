@@ -28,33 +28,6 @@ static int free_port(void)
 	return port;
 }
 
-/* Runs a shell command; returns its stdout (static buffer) and exit status. */
-static const char *run(const char *cmd, int *status)
-{
-	static char out[262144];
-	FILE *p = popen(cmd, "r");
-	size_t n;
-
-	cr_assert_not_null(p, "popen %s", cmd);
-	n = fread(out, 1, sizeof(out) - 1, p);
-	out[n] = '\0';
-	*status = pclose(p);
-	return out;
-}
-
-/* The value of the sample whose line starts with `series ` (name with its
- * labels); -1 when absent. */
-static double sample(const char *text, const char *series)
-{
-	size_t len = strlen(series);
-
-	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-		if (strncmp(p, series, len) == 0 && p[len] == ' ')
-			return atof(p + len + 1);
-	}
-	return -1;
-}
-
 LB_TEST(ops, metrics_scraped_with_curl, 60)
 {
 	lb_redis *r = lb_redis_start(false);
@@ -75,7 +48,7 @@ LB_TEST(ops, metrics_scraped_with_curl, 60)
 	lb_expect_err(lb_call(d, "{s:s, s:s, s:i}", "op", "acquire", "lock", "m1", "wait_ms", 200), "timeout");
 
 	snprintf(cmd, sizeof(cmd), "curl -sS --max-time 5 http://127.0.0.1:%d/metrics", port);
-	text = run(cmd, &status);
+	text = lb_run_cmd(cmd, &status);
 	cr_assert_eq(status, 0, "curl failed: %s", text);
 	/* Every sample has its HELP and TYPE, and the values add up. */
 	const char *names[] = {"lockbroker_connections", "lockbroker_sessions", "lockbroker_leases",
@@ -88,15 +61,17 @@ LB_TEST(ops, metrics_scraped_with_curl, 60)
 		snprintf(help, sizeof(help), "# TYPE %s ", names[k]);
 		cr_expect_not_null(strstr(text, help), "no TYPE line for %s", names[k]);
 	}
-	cr_expect_eq(sample(text, "lockbroker_connections"), 2);
-	cr_expect_eq(sample(text, "lockbroker_leases"), 2);
-	cr_expect_eq(sample(text, "lockbroker_redis_up"), 1);
-	cr_expect_eq(sample(text, "lockbroker_acquires_total{result=\"ok\"}"), 2);
-	cr_expect_eq(sample(text, "lockbroker_acquires_total{result=\"timeout\"}"), 2);
-	cr_expect_eq(sample(text, "lockbroker_timeouts_total"), 2);
-	cr_expect_eq(sample(text, "lockbroker_lost_total{reason=\"gone\"}"), 0);
-	cr_expect_eq(sample(text, "lockbroker_acquire_wait_seconds_count"), 4);
-	cr_expect_geq(sample(text, "lockbroker_redis_rtt_seconds_count"), 4);
+	cr_expect_eq(lb_metric_sample(text, "lockbroker_connections"), 2);
+	cr_expect_eq(lb_metric_sample(text, "lockbroker_leases"), 2);
+	cr_expect_eq(lb_metric_sample(text, "lockbroker_redis_up"), 1);
+	/* Per-master series are a Redis Cluster's only. */
+	cr_expect_null(strstr(text, "lockbroker_redis_master_up{"), "per-master series outside a cluster");
+	cr_expect_eq(lb_metric_sample(text, "lockbroker_acquires_total{result=\"ok\"}"), 2);
+	cr_expect_eq(lb_metric_sample(text, "lockbroker_acquires_total{result=\"timeout\"}"), 2);
+	cr_expect_eq(lb_metric_sample(text, "lockbroker_timeouts_total"), 2);
+	cr_expect_eq(lb_metric_sample(text, "lockbroker_lost_total{reason=\"gone\"}"), 0);
+	cr_expect_eq(lb_metric_sample(text, "lockbroker_acquire_wait_seconds_count"), 4);
+	cr_expect_geq(lb_metric_sample(text, "lockbroker_redis_rtt_seconds_count"), 4);
 	/* Histogram buckets are cumulative, ending in +Inf == count. */
 	for (const char *p = strstr(text, "lockbroker_redis_rtt_seconds_bucket"); p;
 	     p = strstr(p + 1, "lockbroker_redis_rtt_seconds_bucket")) {
@@ -104,13 +79,13 @@ LB_TEST(ops, metrics_scraped_with_curl, 60)
 		cr_expect_geq(v, prev, "buckets not cumulative");
 		prev = v;
 	}
-	cr_expect_eq(prev, sample(text, "lockbroker_redis_rtt_seconds_count"));
+	cr_expect_eq(prev, lb_metric_sample(text, "lockbroker_redis_rtt_seconds_count"));
 
 	/* Other paths and methods, and a request that never ends its headers. */
 	snprintf(cmd, sizeof(cmd), "curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/other", port);
-	cr_expect_str_eq(run(cmd, &status), "404");
+	cr_expect_str_eq(lb_run_cmd(cmd, &status), "404");
 	snprintf(cmd, sizeof(cmd), "curl -s -o /dev/null -w '%%{http_code}' -X POST http://127.0.0.1:%d/metrics", port);
-	cr_expect_str_eq(run(cmd, &status), "405");
+	cr_expect_str_eq(lb_run_cmd(cmd, &status), "405");
 	lb_end();
 }
 
@@ -156,7 +131,7 @@ LB_TEST(ops, systemd_unit_verifies, 60)
 	const char *out;
 	int status;
 
-	run("command -v systemd-analyze", &status);
+	lb_run_cmd("command -v systemd-analyze", &status);
 	if (status != 0)
 		cr_skip_test("systemd-analyze is not available here");
 	cr_assert_not_null(realpath(broker && *broker ? broker : "build/san/lockbrokerd", bin));
@@ -166,10 +141,10 @@ LB_TEST(ops, systemd_unit_verifies, 60)
 	snprintf(cmd, sizeof(cmd),
 	         "sed -e 's|@BINDIR@|%s|g' -e 's|@SYSCONFDIR@|/etc|g' deploy/lockbroker.service.in > %s",
 	         bin, unit);
-	run(cmd, &status);
+	lb_run_cmd(cmd, &status);
 	cr_assert_eq(status, 0);
 	snprintf(cmd, sizeof(cmd), "systemd-analyze verify %s 2>&1", unit);
-	out = run(cmd, &status);
+	out = lb_run_cmd(cmd, &status);
 	cr_expect_eq(status, 0, "systemd-analyze verify: %s", out);
 	cr_expect_null(strstr(out, "lockbroker.service:"), "warnings about the unit: %s", out);
 }
