@@ -586,6 +586,14 @@ redisReply *cl_node_try_cmd(int port, int timeout_ms, const char *fmt, ...)
     return r;
 }
 
+long long cl_lock_exists(int port, const char *name)
+{
+    redisReply *r = cl_node_cmd(port, "EXISTS lb:{%s}", name);
+    cr_assert_eq(r->type, REDIS_REPLY_INTEGER, "EXISTS lb:{%s} on %d: %s", name, port,
+                 r->str ? r->str : "?");
+    return r->integer;
+}
+
 const char *cl_node_role(int port)
 {
     char role[32];
@@ -614,6 +622,22 @@ void cl_kill_node(int port)
     for (int64_t end = lb_now_ms() + 5000; ctopo_pid_alive(pid); lb_sleep_ms(5))
         cr_assert(lb_now_ms() < end, "node %d (pid %d) still alive 5 s after SIGKILL", port,
                   (int)pid);
+}
+
+void cl_freeze_node(int port)
+{
+    const ctopo *t = env();
+    pid_t pid = ctopo_node_pid(t, port);
+    cr_assert(pid > 0, "cl_freeze_node: node %d is not running", port);
+    drop_conn(t, port);
+    cr_assert_eq(kill(pid, SIGSTOP), 0, "SIGSTOP to node %d (pid %d)", port, (int)pid);
+}
+
+void cl_thaw_node(int port)
+{
+    pid_t pid = ctopo_node_pid(env(), port);
+    cr_assert(pid > 0, "cl_thaw_node: node %d is not running", port);
+    cr_assert_eq(kill(pid, SIGCONT), 0, "SIGCONT to node %d (pid %d)", port, (int)pid);
 }
 
 void cl_start_node(int port)
@@ -830,4 +854,55 @@ int64_t cl_move_slot(int slot, int to_master_port)
     cl_move_slot_begin(slot, to_master_port);
     cl_move_slot_end(slot);
     return lb_now_ms() - t0;
+}
+
+/* ---- the broker's view: stats ---------------------------------------------------------- */
+
+json_t *cl_stats_master(json_t *st, int port)
+{
+    char addr[32];
+    json_t *arr = lb_get(st, "redis_masters"), *e;
+    size_t k;
+
+    cr_assert(json_is_array(arr), "no redis_masters in %s", lb_dump(st));
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    json_array_foreach(arr, k, e) {
+        if (strcmp(lb_str(e, "addr"), addr) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+json_int_t cl_stats_redirects(json_t *st)
+{
+    json_t *e;
+    size_t k;
+    json_int_t n = 0;
+
+    json_array_foreach(lb_get(st, "redis_masters"), k, e)
+        n += lb_int(e, "redirects");
+    return n;
+}
+
+json_t *cl_expect_three_masters(lb_client *c)
+{
+    int m[CL_MASTERS];
+    json_t *st = lb_stats(c);
+    json_int_t slots = 0;
+
+    cl_masters(m);
+    cr_assert_str_eq(lb_str(st, "redis"), "up", "%s", lb_dump(st));
+    cr_assert_eq(json_array_size(lb_get(st, "redis_masters")), CL_MASTERS, "%s", lb_dump(st));
+    for (int i = 0; i < CL_MASTERS; i++) {
+        json_t *e = cl_stats_master(st, m[i]);
+        cr_assert_not_null(e, "master %d is not in stats: %s", m[i], lb_dump(st));
+        cr_assert(lb_bool(e, "up"), "master %d is down in stats: %s", m[i], lb_dump(st));
+        cr_assert_gt(lb_int(e, "slots"), 0, "%s", lb_dump(e));
+        cr_assert_geq(lb_int(e, "pending"), 0, "%s", lb_dump(e));
+        cr_assert_geq(lb_int(e, "redirects"), 0, "%s", lb_dump(e));
+        slots += lb_int(e, "slots");
+    }
+    cr_assert_eq(slots, SLOT_COUNT, "the masters' slots add up to %lld: %s", (long long)slots,
+                 lb_dump(st));
+    return st;
 }

@@ -125,6 +125,10 @@ redisReply *cl_node_cmd_argv(int port, int argc, const char **argv);
  * NULL when the node is unreachable or does not answer in time (frozen,
  * paused). */
 redisReply *cl_node_try_cmd(int port, int timeout_ms, const char *fmt, ...);
+/* The lock's header key (lb:{NAME}: its fence; every lock the broker
+ * ever granted has one) on the node: 1 or 0, as EXISTS says. Fails on an
+ * error reply (MOVED: the slot is not that node's). */
+long long cl_lock_exists(int port, const char *name);
 /* INFO replication's role ("master", "slave") of a node. */
 const char *cl_node_role(int port);
 /* CLUSTER INFO's cluster_state of a node ("ok", "fail"). */
@@ -136,6 +140,11 @@ const char *cl_node_state(int port);
 void cl_kill_node(int port);
 /* Start a node that is down, on its port, with its nodes.conf, empty. */
 void cl_start_node(int port);
+/* SIGSTOP a running node (cl's connection to it dropped first, so that
+ * no cl_* call then waits on it); cl_thaw_node sends SIGCONT. cl_ready
+ * thaws whatever a test left frozen. */
+void cl_freeze_node(int port);
+void cl_thaw_node(int port);
 /* Makes the replica on replica_port miss every write from now on, and stay
  * a replica of the same master in everybody's eyes (as tests/ha's
  * ha_pause_replication): its link to the master is cut and it cannot log
@@ -173,5 +182,16 @@ int64_t cl_move_slot(int slot, int to_master_port);
 int cl_move_slot_begin(int slot, int to_master_port);
 int cl_move_slot_keys(int slot, int max_keys);
 void cl_move_slot_end(int slot);
+
+/* ---- the broker's view: stats ------------------------------------------------- */
+
+/* The entry of stats' redis_masters whose addr is 127.0.0.1:port, or
+ * NULL; fails if st has no redis_masters. */
+json_t *cl_stats_master(json_t *st, int port);
+/* The sum of the redirects of stats' redis_masters. */
+json_int_t cl_stats_redirects(json_t *st);
+/* stats of c's broker, asserting it names the cluster's three masters
+ * (cl_masters), each up, whose slots add up to 16384. */
+json_t *cl_expect_three_masters(lb_client *c);
 
 #endif

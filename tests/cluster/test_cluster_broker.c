@@ -71,17 +71,6 @@ static json_t *expect_state(lb_client *c, const char *lock, const char *state, s
 
 /* ---- where the keys are ----------------------------------------------------- */
 
-/* The lock's header key (PREFIX{NAME}, prefix lb:) on port: 1 or 0, as
- * EXISTS says; fails on an error reply (MOVED: not that node's slot). */
-static long long header_on(int port, const char *name)
-{
-	redisReply *r = cl_node_cmd(port, "EXISTS lb:{%s}", name);
-
-	cr_assert_eq(r->type, REDIS_REPLY_INTEGER, "EXISTS lb:{%s} on %d: %s", name, port,
-	             r->str ? r->str : "?");
-	return r->integer;
-}
-
 /* The lock's keys are on master and nowhere else: master has the header,
  * the other masters answer MOVED to master for it. */
 static void expect_keys_on(int master, const char *name)
@@ -90,7 +79,8 @@ static void expect_keys_on(int master, const char *name)
 	char moved[64];
 
 	cl_masters(m);
-	cr_assert_eq(header_on(master, name), 1, "lb:{%s} is not on its master %d", name, master);
+	cr_assert_eq(cl_lock_exists(master, name), 1, "lb:{%s} is not on its master %d", name,
+	             master);
 	snprintf(moved, sizeof(moved), "MOVED %d 127.0.0.1:%d", cl_slot_of(name), master);
 	for (int i = 0; i < CL_MASTERS; i++) {
 		if (m[i] == master)
@@ -99,60 +89,6 @@ static void expect_keys_on(int master, const char *name)
 		cr_assert_eq(r->type, REDIS_REPLY_ERROR, "%d answers for lb:{%s}", m[i], name);
 		cr_assert_str_eq(r->str, moved);
 	}
-}
-
-/* ---- stats ------------------------------------------------------------------------ */
-
-/* The entry of redis_masters whose addr is 127.0.0.1:port, or NULL. */
-static json_t *stats_master(json_t *st, int port)
-{
-	char addr[32];
-	json_t *arr = lb_get(st, "redis_masters"), *e;
-	size_t k;
-
-	cr_assert(json_is_array(arr), "no redis_masters in %s", lb_dump(st));
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-	json_array_foreach(arr, k, e) {
-		if (strcmp(lb_str(e, "addr"), addr) == 0)
-			return e;
-	}
-	return NULL;
-}
-
-/* Asserts stats names the cluster's three masters, each up, and their
- * slots add up to 16384. */
-static json_t *expect_three_masters(lb_client *c)
-{
-	int m[CL_MASTERS];
-	json_t *st = lb_stats(c);
-	json_int_t slots = 0;
-
-	cl_masters(m);
-	cr_assert_str_eq(lb_str(st, "redis"), "up", "%s", lb_dump(st));
-	cr_assert_eq(json_array_size(lb_get(st, "redis_masters")), CL_MASTERS, "%s", lb_dump(st));
-	for (int i = 0; i < CL_MASTERS; i++) {
-		json_t *e = stats_master(st, m[i]);
-		cr_assert_not_null(e, "master %d is not in stats: %s", m[i], lb_dump(st));
-		cr_assert(lb_bool(e, "up"), "master %d is down in stats: %s", m[i], lb_dump(st));
-		cr_assert_gt(lb_int(e, "slots"), 0, "%s", lb_dump(e));
-		cr_assert_geq(lb_int(e, "pending"), 0, "%s", lb_dump(e));
-		cr_assert_geq(lb_int(e, "redirects"), 0, "%s", lb_dump(e));
-		slots += lb_int(e, "slots");
-	}
-	cr_assert_eq(slots, SLOT_COUNT, "the masters' slots add up to %lld: %s", (long long)slots,
-	             lb_dump(st));
-	return st;
-}
-
-static json_int_t redirects_total(json_t *st)
-{
-	json_t *e;
-	size_t k;
-	json_int_t n = 0;
-
-	json_array_foreach(lb_get(st, "redis_masters"), k, e)
-		n += lb_int(e, "redirects");
-	return n;
 }
 
 /* ---- 1. every op on every master ----------------------------------------------- */
@@ -386,8 +322,8 @@ CL_TEST(cluster_broker, every_op_on_locks_of_all_three_masters, 120)
 	lb_client *a1 = lb_connect(A, LB_TCP), *a2 = lb_connect(A, LB_UNIX);
 	lb_client *b1 = lb_connect(B, LB_TCP), *b2 = lb_connect(B, LB_UNIX);
 
-	expect_three_masters(a1);
-	expect_three_masters(b1);
+	cl_expect_three_masters(a1);
+	cl_expect_three_masters(b1);
 	for (int i = 0; i < CL_MASTERS; i++) {
 		lb_expect_free(a1, name[i][0]);
 		exclusive_ops(a1, a2, b1, m[i], name[i][0]);
@@ -400,8 +336,8 @@ CL_TEST(cluster_broker, every_op_on_locks_of_all_three_masters, 120)
 	 * that gave no redirect (nothing moved). */
 	json_t *ls = lb_call(a1, "{s:s}", "op", "leases");
 	cr_assert_eq(json_array_size(lb_get(ls, "leases")), 0, "%s", lb_dump(ls));
-	json_t *st = expect_three_masters(a1);
-	cr_assert_eq(redirects_total(st), 0, "redirects with no slot moved: %s", lb_dump(st));
+	json_t *st = cl_expect_three_masters(a1);
+	cr_assert_eq(cl_stats_redirects(st), 0, "redirects with no slot moved: %s", lb_dump(st));
 	cr_assert_eq(lb_int(st, "leases"), 0, "%s", lb_dump(st));
 	cr_assert_eq(lb_int(st, "lost_total"), 0, "%s", lb_dump(st));
 	lb_end();
@@ -734,9 +670,9 @@ CL_TEST(cluster_broker, slot_moved_under_traffic_keeps_leases_and_requests, 120)
 	json_t *wid = lb_acq_send(w, x, LB_AO(.wait_ms = 60000));
 	lb_wait_waiters(sb, x, 1, 5000);
 	expect_keys_on(src, x);
-	json_t *st0[2] = {expect_three_masters(sa), expect_three_masters(sb)};
-	json_int_t src_slots = lb_int(stats_master(st0[0], src), "slots");
-	json_int_t dst_slots = lb_int(stats_master(st0[0], dst), "slots");
+	json_t *st0[2] = {cl_expect_three_masters(sa), cl_expect_three_masters(sb)};
+	json_int_t src_slots = lb_int(cl_stats_master(st0[0], src), "slots");
+	json_int_t dst_slots = lb_int(cl_stats_master(st0[0], dst), "slots");
 
 	atomic_store(&stop, false);
 	atomic_store(&phase_ops, 0);
@@ -839,15 +775,15 @@ CL_TEST(cluster_broker, slot_moved_under_traffic_keeps_leases_and_requests, 120)
 		json_t *st;
 		int64_t end = lb_now_ms() + 10000;
 		for (;;) {
-			st = expect_three_masters(s);
-			if (lb_int(stats_master(st, dst), "slots") == dst_slots + 1 &&
-			    lb_int(stats_master(st, src), "slots") == src_slots - 1)
+			st = cl_expect_three_masters(s);
+			if (lb_int(cl_stats_master(st, dst), "slots") == dst_slots + 1 &&
+			    lb_int(cl_stats_master(st, src), "slots") == src_slots - 1)
 				break;
 			cr_assert_lt(lb_now_ms(), end, "broker %d's map does not show slot %d moved: %s",
 			             k, slot, lb_dump(st));
 			lb_sleep_ms(50);
 		}
-		cr_assert_gt(redirects_total(st), redirects_total(st0[k]),
+		cr_assert_gt(cl_stats_redirects(st), cl_stats_redirects(st0[k]),
 		             "broker %d counted no redirect: %s", k, lb_dump(st));
 		fprintf(stderr, "cluster_broker: broker %d redis_masters after the move: %s\n", k,
 		        lb_dump(lb_get(st, "redis_masters")));
@@ -891,7 +827,7 @@ static long long header_on_replica(int port, const char *name)
 {
 	redisReply *r = cl_node_cmd(port, "READONLY");
 	cr_assert(r->type == REDIS_REPLY_STATUS, "READONLY on %d: %s", port, r->str ? r->str : "?");
-	return header_on(port, name);
+	return cl_lock_exists(port, name);
 }
 
 /* The master of shard 0 is killed. Before: "kept" is held and on the
@@ -929,7 +865,7 @@ CL_TEST(cluster_broker, master_killed_replica_takes_over_lost_lease_reported, 15
 	json_t *lg = acq_now(a2, lost, LB_AO(.ttl_ms = 30000));
 	json_t *wid = lb_acq_send(b2, kept, LB_AO(.wait_ms = 60000));
 	lb_wait_waiters(pb, kept, 1, 5000);
-	cr_assert_eq(header_on(old, lost), 1);
+	cr_assert_eq(cl_lock_exists(old, lost), 1);
 	cr_assert_eq(header_on_replica(rep, lost), 0, "%s reached the cut-off replica", lost);
 	json_int_t fence_before = lb_int(lg, "fence");
 
@@ -992,15 +928,15 @@ CL_TEST(cluster_broker, master_killed_replica_takes_over_lost_lease_reported, 15
 		for (;;) {
 			st = lb_stats(c);
 			json_t *nm = json_array_size(lb_get(st, "redis_masters")) == CL_MASTERS
-			                 ? stats_master(st, rep)
+			                 ? cl_stats_master(st, rep)
 			                 : NULL;
-			if (nm && lb_bool(nm, "up") && !stats_master(st, old))
+			if (nm && lb_bool(nm, "up") && !cl_stats_master(st, old))
 				break;
 			cr_assert_lt(lb_now_ms(), end, "broker %d's stats after the failover: %s", k,
 			             lb_dump(st));
 			lb_sleep_ms(50);
 		}
-		expect_three_masters(c);
+		cl_expect_three_masters(c);
 		fprintf(stderr, "cluster_broker: broker %d after the failover: failovers_total %s, "
 		                "failover_lost_total %s, lost_total %s\n",
 		        k, lb_dump(lb_get(st, "failovers_total")),
