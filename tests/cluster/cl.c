@@ -26,6 +26,7 @@
 
 #define IMBALANCE_GRACE_MS 3000
 #define MOVE_AGREE_MS 10000
+#define MEMBER_AGREE_MS 20000
 #define MIGRATE_BATCH 100
 #define MIGRATE_TIMEOUT_MS 5000
 
@@ -332,6 +333,54 @@ static int mend_orphan(const ctopo *t, mend_state *st, const ctopo_view *v, char
     return -1;
 }
 
+/* Nodes that do not know each other (cl_add_as_new_master left half
+ * done): an id that a node knows and that is no node's own (left behind
+ * by CLUSTER RESET HARD) is forgotten there, and a node that does not
+ * know another's id meets it (a meeting bypasses the 60 s ban of a
+ * forgotten id). Only when every node answers CLUSTER NODES; handshakes
+ * are left to finish. -1 (and what it did in why) if it did anything. */
+static int mend_members(const ctopo *t, char *why, size_t whylen)
+{
+    ctopo_view v[CTOPO_NODES];
+    const ctopo_node *me[CTOPO_NODES];
+    int rc = 0;
+    for (int i = 0; i < CTOPO_NODES; i++)
+        if (!live(t, t->port[i]) || ctopo_view_of(t->port[i], &v[i]) != 0 ||
+            !(me[i] = ctopo_view_myself(&v[i])))
+            return 0;
+    for (int i = 0; i < CTOPO_NODES; i++) {
+        int p = t->port[i];
+        for (int k = 0; k < v[i].n; k++) {
+            const ctopo_node *n = &v[i].node[k];
+            bool ours = n->handshake;
+            for (int j = 0; j < CTOPO_NODES; j++)
+                ours = ours || strcmp(n->id, me[j]->id) == 0;
+            if (ours)
+                continue;
+            fprintf(stderr, "cl_ready: node %d knows %s (port %d), no node's id: CLUSTER "
+                            "FORGET\n", p, n->id, n->port);
+            rnode_soft_cmd(p, "CLUSTER FORGET %s", n->id);
+            snprintf(why, whylen, "node %d knew an old id of %d: forgot it", p, n->port);
+            rc = -1;
+        }
+        for (int j = 0; j < CTOPO_NODES; j++) {
+            bool known = j == i || ctopo_view_id(&v[i], me[j]->id);
+            for (int k = 0; !known && k < v[i].n; k++)
+                known = v[i].node[k].handshake && v[i].node[k].port == t->port[j];
+            if (known)
+                continue;
+            fprintf(stderr, "cl_ready: node %d does not know %d: CLUSTER MEET\n", p, t->port[j]);
+            rnode_soft_cmd(p, "CLUSTER MEET 127.0.0.1 %d %d", t->port[j], t->bus[j]);
+            snprintf(why, whylen, "node %d did not know %d: met it", p, t->port[j]);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+static void restore_home(const ctopo *t);
+static int masters_of(const uint16_t *owner, int out[CTOPO_NODES]);
+
 /* One round of mending. 0 when nothing needed doing (the health check
  * decides the rest); -1 and what it did or waits for in why otherwise. */
 static int mend(const ctopo *t, mend_state *st, char *why, size_t whylen)
@@ -345,7 +394,8 @@ static int mend(const ctopo *t, mend_state *st, char *why, size_t whylen)
         return -1;
     ctopo_view v;
     bool have_view = any_view(t, 0, &v) > 0;
-    if (mend_dead(t, st, &v, have_view, why, whylen) != 0)
+    if (mend_dead(t, st, &v, have_view, why, whylen) != 0 ||
+        mend_members(t, why, whylen) != 0)
         return -1;
     int rc = 0;
     for (int i = 0; i < CTOPO_NODES; i++) {
@@ -363,6 +413,15 @@ static int mend(const ctopo *t, mend_state *st, char *why, size_t whylen)
     }
     if (rc != 0)
         return rc;
+    int m[CTOPO_NODES];
+    if (have_view && masters_of(any_map(t), m) > CTOPO_MASTERS) {
+        /* A node added as a master kept slots: they go home, and it is
+         * then a spare for mend_orphan. */
+        restore_home(t);
+        snprintf(why, whylen, "more than %d masters with slots: moved slots home",
+                 CTOPO_MASTERS);
+        return -1;
+    }
     return have_view ? mend_orphan(t, st, &v, why, whylen) : 0;
 }
 
@@ -517,6 +576,18 @@ int cl_replica_of(int master_port)
 }
 
 int cl_slot_of(const char *name) { return slot_of_key(name, strlen(name)); }
+
+void cl_names_in_slot(int slot, const char *prefix, int n, char out[][32])
+{
+    int found = 0;
+    for (long k = 0; found < n && k < 100000000; k++) {
+        char name[32];
+        snprintf(name, sizeof(name), "%s%ld", prefix, k);
+        if (cl_slot_of(name) == slot)
+            snprintf(out[found++], 32, "%s", name);
+    }
+    cr_assert_eq(found, n, "no %d names in slot %d", n, slot);
+}
 
 int cl_lock_name(int master_index, int k, char *out, size_t len)
 {
@@ -825,6 +896,12 @@ void cl_move_slot_end(int slot)
         r = cl_node_cmd(src, "CLUSTER SETSLOT %d NODE %s", slot, H.move.dst_id);
         if (r->type == REDIS_REPLY_STATUS)
             break;
+        if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "only with masters") &&
+            strcmp(cl_node_role(src), "slave") == 0) {
+            fprintf(stderr, "cl_move_slot: %d gave its last slot %d and is a replica now\n",
+                    src, slot);
+            break; /* it lost its last slot by gossip first (see cl.h) */
+        }
         cr_assert_lt(attempt, 3, "CLUSTER SETSLOT %d NODE on the source %d: %s", slot, src,
                      r->str ? r->str : "?");
         cl_move_slot_keys(slot, -1);
@@ -853,6 +930,111 @@ int64_t cl_move_slot(int slot, int to_master_port)
         return 0;
     cl_move_slot_begin(slot, to_master_port);
     cl_move_slot_end(slot);
+    return lb_now_ms() - t0;
+}
+
+/* ---- adding and removing a node ------------------------------------------------------ */
+
+/* Every node knows the node id on port, and only one node on that port,
+ * connected, neither failing nor in handshake, as a master without slots
+ * (master_id NULL) or as master_id's replica; and says cluster_state:ok.
+ * Else false and the first thing found wrong in why. */
+static bool member_as(const ctopo *t, int port, const char *id, const char *master_id,
+                      char *why, size_t whylen)
+{
+    for (int i = 0; i < CTOPO_NODES; i++) {
+        int p = t->port[i], same_port = 0;
+        ctopo_view v;
+        char state[16] = "";
+        if (ctopo_view_of(p, &v) != 0 ||
+            rnode_info(p, "cluster", "cluster_state", state, sizeof(state)) != 0) {
+            snprintf(why, whylen, "node %d does not answer", p);
+            return false;
+        }
+        for (int k = 0; k < v.n; k++)
+            same_port += v.node[k].port == port;
+        const ctopo_node *n = ctopo_view_id(&v, id);
+        if (!n || n->port != port || same_port != 1 || n->handshake || n->fail || n->pfail ||
+            n->noaddr || !n->connected) {
+            snprintf(why, whylen, "node %d sees %d as %s (%d entries on its port)", p, port,
+                     n ? n->flags : "unknown", same_port);
+            return false;
+        }
+        if (master_id ? strcmp(n->master_id, master_id) != 0 : !n->master || n->nslots != 0) {
+            snprintf(why, whylen, "node %d sees %d as %s of %s with %d slots", p, port,
+                     n->flags, n->master_id, n->nslots);
+            return false;
+        }
+        if (strcmp(state, "ok") != 0) {
+            snprintf(why, whylen, "node %d says cluster_state:%s", p, state);
+            return false;
+        }
+    }
+    return true;
+}
+
+int64_t cl_add_as_new_master(int port)
+{
+    const ctopo *t = env();
+    int64_t t0 = lb_now_ms();
+    ctopo_view v;
+    const ctopo_node *me = live(t, port) && ctopo_view_of(port, &v) == 0 ? ctopo_view_myself(&v)
+                                                                          : NULL;
+    cr_assert(me, "cl_add_as_new_master: node %d does not answer CLUSTER NODES", port);
+    cr_assert(!me->master || me->nslots == 0, "cl_add_as_new_master: %d is a master of %d slots",
+              port, me->nslots);
+    char old[CTOPO_ID_LEN + 1], id[CTOPO_ID_LEN + 1];
+    snprintf(old, sizeof(old), "%s", me->id);
+    for (int i = 0; i < CTOPO_NODES; i++) {
+        if (t->port[i] == port)
+            continue;
+        redisReply *r = cl_node_cmd(t->port[i], "CLUSTER FORGET %s", old);
+        cr_assert(r->type == REDIS_REPLY_STATUS, "CLUSTER FORGET of %d on %d: %s", port,
+                  t->port[i], r->str ? r->str : "?");
+    }
+    redisReply *r = cl_node_cmd(port, "CLUSTER RESET HARD");
+    cr_assert(r->type == REDIS_REPLY_STATUS, "CLUSTER RESET HARD on %d: %s", port,
+              r->str ? r->str : "?");
+    node_id(port, id);
+    cr_assert_str_neq(id, old, "node %d kept its id after CLUSTER RESET HARD", port);
+    for (int i = 0; i < CTOPO_NODES; i++) {
+        if (t->port[i] == port)
+            continue;
+        r = cl_node_cmd(port, "CLUSTER MEET 127.0.0.1 %d %d", t->port[i], t->bus[i]);
+        cr_assert(r->type == REDIS_REPLY_STATUS, "CLUSTER MEET %d on %d: %s", t->port[i], port,
+                  r->str ? r->str : "?");
+    }
+    char why[256] = "";
+    for (int64_t end = lb_now_ms() + MEMBER_AGREE_MS; !member_as(t, port, id, NULL, why,
+                                                                 sizeof(why)); lb_sleep_ms(20))
+        if (lb_now_ms() > end)
+            cr_assert_fail("node %d reset and met as a new master, but after %d ms %s:%s", port,
+                           MEMBER_AGREE_MS, why, describe(t));
+    return lb_now_ms() - t0;
+}
+
+int64_t cl_make_replica(int port, int master_port)
+{
+    const ctopo *t = env();
+    int64_t t0 = lb_now_ms();
+    char id[CTOPO_ID_LEN + 1], mid[CTOPO_ID_LEN + 1], why[256] = "", link[16] = "";
+    node_id(port, id);
+    node_id(master_port, mid);
+    redisReply *r = cl_node_cmd(port, "CLUSTER REPLICATE %s", mid);
+    cr_assert(r->type == REDIS_REPLY_STATUS, "CLUSTER REPLICATE %d on %d: %s", master_port, port,
+              r->str ? r->str : "?");
+    for (int64_t end = lb_now_ms() + MEMBER_AGREE_MS;; lb_sleep_ms(20)) {
+        if (member_as(t, port, id, mid, why, sizeof(why))) {
+            link[0] = '\0';
+            rnode_info(port, "replication", "master_link_status", link, sizeof(link));
+            if (strcmp(link, "up") == 0)
+                break;
+            snprintf(why, sizeof(why), "its master_link_status is '%s'", link);
+        }
+        if (lb_now_ms() > end)
+            cr_assert_fail("node %d told to replicate %d, but after %d ms %s:%s", port,
+                           master_port, MEMBER_AGREE_MS, why, describe(t));
+    }
     return lb_now_ms() - t0;
 }
 

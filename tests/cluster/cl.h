@@ -71,6 +71,13 @@ void cl_teardown(void);
  *   given CL_READY_DEAD_MASTER_MS for the failover, so that it comes back
  *   as that replica's replica;
  * - open slots (a move left half done) set STABLE where they are open;
+ * - nodes that do not know each other (cl_add_as_new_master left half
+ *   done): an id a node knows that is no node's own is forgotten there
+ *   (CLUSTER FORGET), and a node that does not know another's id meets it
+ *   (CLUSTER MEET);
+ * - more masters with slots than three (a node added as a master that
+ *   kept slots): the slots out of their home range are moved home, as
+ *   below, and the node left without slots is a spare for the next step;
  * - a master without a replica given one (CLUSTER REPLICATE of a spare
  *   node), if that does not happen by itself within 3 s.
  * Healthy is ctopo_healthy() (ctopo.h): every node says cluster_state:ok,
@@ -109,6 +116,9 @@ int cl_replica_of(int master_port);
 int cl_lock_name(int master_index, int k, char *out, size_t len);
 /* Slot of a lock name (slot_of_key of the name). */
 int cl_slot_of(const char *name);
+/* n lock names (prefix followed by a number, from 0 up) whose slot is
+ * slot, written to out. */
+void cl_names_in_slot(int slot, const char *prefix, int n, char out[][32]);
 /* What each node says, one line each (for failure messages). */
 const char *cl_describe(void);
 
@@ -169,9 +179,12 @@ int64_t cl_try_wait_failover(int old_master_port, int timeout_ms);
  * --cluster reshard does: CLUSTER SETSLOT IMPORTING on the target,
  * MIGRATING on the source, MIGRATE of every key of the slot (CLUSTER
  * GETKEYSINSLOT, 100 at a time), then CLUSTER SETSLOT NODE on the target,
- * the source and the other master. Returns (the ms it took) once every
+ * the source and the other masters. Returns (the ms it took) once every
  * node names the target for the slot and none has it open. A no-op (0) if
- * the target has it already. Fails the test on any error reply. */
+ * the target has it already. Fails the test on any error reply, but one:
+ * a source that gave its last slot may have heard of it by gossip before
+ * its own SETSLOT and turned into the target's replica (Redis 7 does
+ * that), and then answers that SETSLOT is for masters only. */
 int64_t cl_move_slot(int slot, int to_master_port);
 /* The same in steps, to hold a slot in the middle of its move (clients
  * then get ASK): begin sets IMPORTING / MIGRATING and returns the source;
@@ -182,6 +195,30 @@ int64_t cl_move_slot(int slot, int to_master_port);
 int cl_move_slot_begin(int slot, int to_master_port);
 int cl_move_slot_keys(int slot, int max_keys);
 void cl_move_slot_end(int slot);
+
+/* ---- adding and removing a node ------------------------------------------------ */
+
+/* Makes the node on port (a replica, or a master without slots) look like
+ * a node just added to the cluster: CLUSTER FORGET of it on every other
+ * node (Redis bans a forgotten id from gossip for 60 s; all are sent
+ * within a second, a replica's own master takes it too), CLUSTER RESET
+ * HARD on it (a master again, with a new id and no data), CLUSTER MEET
+ * from it to each other node. Returns (the ms it took) once every node
+ * knows its new id, connected, as a master without slots, and every node
+ * says cluster_state:ok. A master it replicated is left without a replica
+ * (cl_make_replica gives it back; cl_ready would). Fails the test on any
+ * error reply. While it then serves slots the cluster has four masters:
+ * cl_masters, cl_lock_name and cl_expect_three_masters fail until they
+ * are moved away. */
+int64_t cl_add_as_new_master(int port);
+/* Makes the master on port, which has neither slots nor keys, a replica
+ * of the master on master_port (CLUSTER REPLICATE; fine if it is one
+ * already: Redis 7 turns a master that gives away its last slot, by its
+ * own CLUSTER SETSLOT NODE or by gossip, into a replica of the slot's new
+ * owner, so after cl_move_slot of a node's only slot it is one). Returns
+ * (the ms it took) once every node sees it as that master's replica and it
+ * is in sync (master_link_status:up). */
+int64_t cl_make_replica(int port, int master_port);
 
 /* ---- the broker's view: stats ------------------------------------------------- */
 

@@ -485,20 +485,6 @@ CL_TEST(cluster_broker, fifo_across_brokers_on_every_master_without_polling, 120
 #define NTRAFFIC 2    /* threads, one per broker */
 #define TRAFFIC_LOCKS 3 /* each thread's own locks in the slot */
 
-/* n lock names ("PREFIX" N) whose slot is slot. */
-static void names_in_slot(int slot, const char *prefix, int n, char out[][32])
-{
-	int found = 0;
-
-	for (long k = 0; found < n && k < 100000000; k++) {
-		char name[32];
-		snprintf(name, sizeof(name), "%s%ld", prefix, k);
-		if (cl_slot_of(name) == slot)
-			snprintf(out[found++], 32, "%s", name);
-	}
-	cr_assert_eq(found, n, "no %d names in slot %d", n, slot);
-}
-
 /* A client of one broker looping on locks of the moving slot: its own
  * locks (tried, never busy: each try must be granted) and one lock both
  * threads wait for. Every request has the broker's whole budget; any
@@ -656,9 +642,9 @@ CL_TEST(cluster_broker, slot_moved_under_traffic_keeps_leases_and_requests, 120)
 	cl_masters(m);
 	int slot = cl_lock_name(0, 0, x, sizeof(x));
 	int src = m[0], dst = m[1];
-	names_in_slot(slot, "mv-a-", TRAFFIC_LOCKS, own[0]);
-	names_in_slot(slot, "mv-b-", TRAFFIC_LOCKS, own[1]);
-	names_in_slot(slot, "mv-s-", 1, shared);
+	cl_names_in_slot(slot, "mv-a-", TRAFFIC_LOCKS, own[0]);
+	cl_names_in_slot(slot, "mv-b-", TRAFFIC_LOCKS, own[1]);
+	cl_names_in_slot(slot, "mv-s-", 1, shared);
 	br[0] = lb_broker_start_url(cl_seed_url(), NULL);
 	br[1] = lb_broker_start_url(cl_seed_url(), NULL);
 	lb_client *h = lb_connect(br[0], LB_TCP), *w = lb_connect(br[1], LB_TCP);
@@ -702,7 +688,7 @@ CL_TEST(cluster_broker, slot_moved_under_traffic_keeps_leases_and_requests, 120)
 		for (int k = 0; k < 2; k++) {
 			char pre[32], fresh[2][32];
 			snprintf(pre, sizeof(pre), "mv-f%d%d-", step, k);
-			names_in_slot(slot, pre, 2, fresh);
+			cl_names_in_slot(slot, pre, 2, fresh);
 			for (int j = 0; j < 2; j++)
 				pend_add(&p[np++], k ? sb : sa, fresh[j], LB_AO(.wait_ms = 0, .ttl_ms = 10000),
 				         t0);

@@ -6,7 +6,8 @@
  * slot moved while the broker is idle is seen by its periodic read of the
  * map (CLUSTER_REFRESH_MS), with no redirect; a master that loses its data
  * costs only its own leases; the watchdog keeps short leases on every
- * master.
+ * master; a node added as a master, given a slot, then removed again, is
+ * served and listed while it serves the slot and dropped after.
  *
  * How the cluster is made to answer CLUSTERDOWN: a master and its replica
  * are frozen (SIGSTOP). After cluster-node-timeout (1 s) the others flag
@@ -442,5 +443,142 @@ CL_TEST(cluster_follow, watchdog_keeps_leases_on_every_master, 90)
 		lb_expect_free(o, e.x[i]);
 	}
 	cr_assert_eq(lb_int(lb_stats(h), "lost_total"), 0);
+	lb_end();
+}
+
+/* ---- 5. a node added, then removed ----------------------------------------------------- */
+
+#define MAP_WITHIN_MS (CLUSTER_REFRESH_MS + 10000)
+#define ADDED_TTL_MS 30000
+
+/* True when stats' redis_masters has n entries, all up, whose slots add
+ * up to 16384 (so it is a map the broker read: a MOVED alone changes the
+ * owner of one slot, not the counts), and the entry of port has slots
+ * (slots 0: port is not listed). */
+static bool masters_are(json_t *st, size_t n, int port, json_int_t slots)
+{
+	json_t *e = cl_stats_master(st, port), *m;
+	json_int_t sum = 0;
+	bool up = true;
+	size_t k;
+
+	json_array_foreach(lb_get(st, "redis_masters"), k, m) {
+		up = up && lb_bool(m, "up");
+		sum += lb_int(m, "slots");
+	}
+	return json_array_size(lb_get(st, "redis_masters")) == n && up && sum == SLOT_COUNT &&
+	       (slots ? e && lb_int(e, "slots") == slots : !e);
+}
+
+/* stats of c's broker once masters_are(n, port, slots); fails after
+ * MAP_WITHIN_MS. */
+static json_t *wait_masters(lb_client *c, size_t n, int port, json_int_t slots)
+{
+	int64_t t0 = lb_now_ms();
+	json_t *st;
+
+	while (!masters_are(st = lb_stats(c), n, port, slots)) {
+		cr_assert_lt(lb_now_ms() - t0, MAP_WITHIN_MS,
+		             "the broker does not list %zu masters, all up, %d with %lld slots, after "
+		             "%d ms (it reads the map every %d ms): %s;%s",
+		             n, port, (long long)slots, MAP_WITHIN_MS, CLUSTER_REFRESH_MS, lb_dump(st),
+		             cl_describe());
+		lb_sleep_ms(100);
+	}
+	cr_assert_str_eq(lb_str(st, "redis"), "up", "%s", lb_dump(st));
+	return st;
+}
+
+/* h's grant g on lock is extended, and c sees the lock held with g's
+ * fence; when says where the slot is. */
+static void expect_extends(lb_client *h, lb_client *c, const char *lock, json_t *g,
+                           const char *when)
+{
+	json_t *ext = lb_call(h, "{s:s, s:s, s:i}", "op", "extend", "lease", lb_str(g, "lease"),
+	                      "ttl_ms", ADDED_TTL_MS);
+
+	cr_assert(lb_is_ok(ext), "extend of the lease on %s %s: %s", lock, when, lb_dump(ext));
+	expect_held(c, lock, lb_int(g, "fence"));
+}
+
+/* Master 0's replica R is taken out of the cluster and added again as a
+ * new master without slots (cl_add_as_new_master), broker A running since
+ * before; then a slot of master 0 on which h holds a lease moves to R.
+ * A serves the slot on R (the lease's keys went there; a new lock of the
+ * slot is granted there) and, once it has read the map (after the MOVED,
+ * or its periodic read), lists four masters, R up with its one slot. Then
+ * R is removed: the slot goes back to master 0, R turns into its replica
+ * again; A lists three masters, R no more, and serves the slot on master
+ * 0. h's lease lives through both moves: extended, its fence kept, never
+ * reported lost. */
+CL_TEST(cluster_follow, a_node_added_and_removed_is_followed, 150)
+{
+	int m[CL_MASTERS];
+	char x[32], y[1][32];
+
+	cl_masters(m);
+	const int M = m[0], R = cl_replica_of(M);
+	int slot = cl_lock_name(0, 0, x, sizeof(x));
+	cl_names_in_slot(slot, "added-", 1, y);
+	lb_broker *A = lb_broker_start_url(cl_seed_url(), NULL);
+	lb_client *h = lb_connect(A, LB_TCP), *c = lb_connect(A, LB_UNIX);
+	json_t *st = cl_expect_three_masters(c);
+	json_int_t m_slots = lb_int(cl_stats_master(st, M), "slots");
+	json_t *g = grant(h, x, ADDED_TTL_MS);
+	cr_assert_eq(cl_lock_exists(M, x), 1, "%s is not on its master %d", x, M);
+
+	/* Added: a master without slots, which no map lists. */
+	int64_t add_ms = cl_add_as_new_master(R);
+	cr_assert_str_eq(cl_node_role(R), "master");
+	st = cl_expect_three_masters(c);
+	cr_assert_null(cl_stats_master(st, R), "a master without slots in stats: %s", lb_dump(st));
+	int64_t in_ms = cl_move_slot(slot, R);
+	cr_assert_eq(cl_lock_exists(R, x), 1, "%s did not move to %d with its slot %d", x, R, slot);
+
+	/* Served on R. */
+	int64_t t0 = lb_now_ms();
+	json_t *gy = grant(c, y[0], 10000);
+	cr_assert_eq(cl_lock_exists(R, y[0]), 1, "%s (slot %d) is not on %d, the slot's master", y[0],
+	             slot, R);
+	expect_held(c, y[0], lb_int(gy, "fence"));
+	expect_extends(h, c, x, g, "on the added master");
+	st = wait_masters(c, CL_MASTERS + 1, R, 1);
+	int64_t four_ms = lb_now_ms() - t0;
+	cr_assert_eq(lb_int(cl_stats_master(st, M), "slots"), m_slots - 1, "%s", lb_dump(st));
+	for (int i = 1; i < CL_MASTERS; i++)
+		cr_assert_not_null(cl_stats_master(st, m[i]), "master %d is not in stats: %s", m[i],
+		                   lb_dump(st));
+	cr_assert_eq(lb_release(c, lb_str(gy, "lease")), 0);
+
+	/* Removed: the slot back home, R a replica again. */
+	int64_t out_ms = cl_move_slot(slot, M);
+	cr_assert_eq(cl_lock_exists(M, x), 1, "%s did not move back to %d with its slot %d", x, M,
+	             slot);
+	cr_assert_eq(cl_lock_exists(M, y[0]), 1, "the header of %s did not move back to %d", y[0],
+	             M);
+	int64_t rep_ms = cl_make_replica(R, M);
+	t0 = lb_now_ms();
+	wait_masters(c, CL_MASTERS, R, 0);
+	int64_t three_ms = lb_now_ms() - t0;
+	st = cl_expect_three_masters(c);
+	cr_assert_eq(lb_int(cl_stats_master(st, M), "slots"), m_slots, "%s", lb_dump(st));
+	cr_assert_eq(cl_replica_of(M), R);
+
+	/* Served on M. */
+	gy = grant(c, y[0], 10000);
+	cr_assert_eq(cl_lock_exists(M, y[0]), 1);
+	expect_extends(h, c, x, g, "back on its first master");
+	cr_assert_null(lb_next_event(h, 0), "the holder was told something");
+	cr_assert_eq(lb_release(c, lb_str(gy, "lease")), 0);
+	cr_assert_eq(lb_release(h, lb_str(g, "lease")), 0);
+	lb_expect_free(c, x);
+	lb_expect_free(c, y[0]);
+	st = lb_stats(c);
+	cr_assert_eq(lb_int(st, "lost_total"), 0, "%s", lb_dump(st));
+	fprintf(stderr, "cluster_follow: %d added as a master in %lld ms; slot %d moved to it in "
+	                "%lld ms, four masters in stats %lld ms after; moved back in %lld ms, %d a "
+	                "replica again in %lld ms, three masters in stats %lld ms after\n",
+	        R, (long long)add_ms, slot, (long long)in_ms, (long long)four_ms, (long long)out_ms, R,
+	        (long long)rep_ms, (long long)three_ms);
 	lb_end();
 }
