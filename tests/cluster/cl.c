@@ -103,7 +103,7 @@ static void drop_conns(void)
 static bool live(const ctopo *t, int port)
 {
     pid_t pid = ctopo_node_pid(t, port);
-    return pid > 0 && !ctopo_pid_stopped(pid);
+    return pid > 0 && !rproc_stopped(pid);
 }
 
 static const char *describe(const ctopo *t)
@@ -241,7 +241,7 @@ static int mend_mute(const ctopo *t, mend_state *st, char *why, size_t whylen)
         }
         fprintf(stderr, "cl_ready: node %d has not answered PING for %d ms (CLIENT PAUSE ALL? "
                         "DEBUG SLEEP?): killing it\n", p, CL_READY_MUTE_MS);
-        ctopo_stop_pid(pid, SIGKILL, 5000);
+        rproc_stop(pid, SIGKILL, 5000);
         st->mute_since[i] = 0;
         snprintf(why, whylen, "node %d did not answer PING: killed it", p);
     }
@@ -690,7 +690,7 @@ void cl_kill_node(int port)
     cr_assert(pid > 0, "cl_kill_node: node %d is not running", port);
     drop_conn(t, port);
     kill(pid, SIGKILL);
-    for (int64_t end = lb_now_ms() + 5000; ctopo_pid_alive(pid); lb_sleep_ms(5))
+    for (int64_t end = lb_now_ms() + 5000; rproc_alive(pid); lb_sleep_ms(5))
         cr_assert(lb_now_ms() < end, "node %d (pid %d) still alive 5 s after SIGKILL", port,
                   (int)pid);
 }

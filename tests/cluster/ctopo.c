@@ -43,6 +43,7 @@
 #include <criterion/hooks.h>
 
 #include "tests/common/rnode.h"
+#include "tests/common/rproc.h"
 #include "tests/ha/keeper.h"
 #include "tests/integration/harness.h"
 
@@ -142,63 +143,6 @@ int ctopo_index(const ctopo *t, int port)
 
 /* ---- processes ------------------------------------------------------------------- */
 
-/* State letter from /proc/PID/stat and the parent; 0 if there is none. */
-static char proc_state(pid_t pid, pid_t *ppid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* the command may contain spaces */
-    char st = 0;
-    int pp = 0;
-    if (!p || sscanf(p + 1, " %c %d", &st, &pp) != 2)
-        return 0;
-    if (ppid)
-        *ppid = (pid_t)pp;
-    return st;
-}
-
-bool ctopo_pid_alive(pid_t pid)
-{
-    if (pid <= 0 || kill(pid, 0) != 0)
-        return false;
-    char st = proc_state(pid, NULL);
-    return st != 0 && st != 'Z' && st != 'X';
-}
-
-bool ctopo_pid_stopped(pid_t pid)
-{
-    char st = pid > 0 ? proc_state(pid, NULL) : 0;
-    return st == 'T' || st == 't';
-}
-
-/* Redis names its process "redis-server 127.0.0.1:PORT [cluster]": with
- * the parent, that tells a reused pid apart. */
-static bool serves_port(pid_t pid, int port)
-{
-    char path[64], buf[1024], want[16];
-    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    for (size_t i = 0; i < n; i++)
-        if (buf[i] == '\0')
-            buf[i] = ' ';
-    buf[n] = '\0';
-    snprintf(want, sizeof(want), ":%d", port);
-    for (const char *p = strstr(buf, want); p; p = strstr(p + 1, want))
-        if (p[strlen(want)] < '0' || p[strlen(want)] > '9')
-            return true;
-    return false;
-}
-
 pid_t ctopo_node_pid(const ctopo *t, int port)
 {
     char path[PATH_MAX];
@@ -211,62 +155,12 @@ pid_t ctopo_node_pid(const ctopo *t, int port)
         pid = 0;
     fclose(f);
     pid_t ppid = 0;
-    if (pid <= 0 || !ctopo_pid_alive(pid))
+    if (pid <= 0 || !rproc_alive(pid))
         return 0;
-    char st = proc_state(pid, &ppid);
-    if (st == 0 || ppid != t->keeper || !serves_port(pid, port))
+    char st = rproc_state(pid, &ppid);
+    if (st == 0 || ppid != t->keeper || !rproc_serves_port(pid, port))
         return 0;
     return (pid_t)pid;
-}
-
-bool ctopo_stop_pid(pid_t pid, int sig, int timeout_ms)
-{
-    if (!ctopo_pid_alive(pid))
-        return true;
-    kill(pid, SIGCONT); /* a frozen one cannot act on SIGTERM */
-    kill(pid, sig);
-    for (int64_t end = lb_now_ms() + timeout_ms; lb_now_ms() < end; lb_sleep_ms(10))
-        if (!ctopo_pid_alive(pid))
-            return true;
-    kill(pid, SIGKILL);
-    for (int64_t end = lb_now_ms() + 5000; lb_now_ms() < end && ctopo_pid_alive(pid);)
-        lb_sleep_ms(10);
-    return false;
-}
-
-/* Waits for the server on port to answer PING; fails early if pid ends. */
-static int wait_ping(pid_t pid, int port, const char *log, char *err, size_t errlen)
-{
-    int64_t deadline = lb_now_ms() + START_TIMEOUT_MS;
-    for (;;) {
-        if (!ctopo_pid_alive(pid)) {
-            snprintf(err, errlen, "redis-server on port %d exited during start-up (log: %s)",
-                     port, log);
-            return -1;
-        }
-        redisReply *r = rnode_cmd(port, 500, "PING");
-        bool ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
-        if (r)
-            freeReplyObject(r);
-        if (ok)
-            return 0;
-        if (lb_now_ms() > deadline) {
-            ctopo_stop_pid(pid, SIGKILL, 1000);
-            snprintf(err, errlen, "redis-server on port %d did not answer PING within %d s "
-                                  "(log: %s)", port, START_TIMEOUT_MS / 1000, log);
-            return -1;
-        }
-        lb_sleep_ms(20);
-    }
-}
-
-static int write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    bool ok = fputs(text, f) >= 0;
-    return fclose(f) == 0 && ok ? 0 : -1;
 }
 
 pid_t ctopo_start_node(const ctopo *t, int port, char *err, size_t errlen)
@@ -296,7 +190,7 @@ pid_t ctopo_start_node(const ctopo *t, int port, char *err, size_t errlen)
              "repl-diskless-sync yes\nrepl-diskless-sync-delay 0\n",
              port, t->bus[i], t->dir, port, CTOPO_NODE_TIMEOUT_MS, t->dir, port);
     unlink(rdb);
-    if (write_file(conf, text) != 0) {
+    if (rproc_write_file(conf, text) != 0) {
         snprintf(err, errlen, "cannot write %s: %s", conf, strerror(errno));
         return -1;
     }
@@ -304,7 +198,7 @@ pid_t ctopo_start_node(const ctopo *t, int port, char *err, size_t errlen)
     pid_t pid = keeper_spawn(sock, log, pidf, argv, err, errlen);
     if (pid < 0)
         return -1;
-    return wait_ping(pid, port, log, err, errlen) == 0 ? pid : -1;
+    return rproc_wait_ping(pid, port, START_TIMEOUT_MS, log, err, errlen) == 0 ? pid : -1;
 }
 
 /* ---- queries -------------------------------------------------------------------- */
@@ -598,7 +492,7 @@ void ctopo_flush(const ctopo *t)
 {
     for (int i = 0; i < CTOPO_NODES; i++) {
         pid_t pid = ctopo_node_pid(t, t->port[i]);
-        redisReply *r = pid > 0 && !ctopo_pid_stopped(pid) ? rnode_cmd(t->port[i], 500, "FLUSHALL")
+        redisReply *r = pid > 0 && !rproc_stopped(pid) ? rnode_cmd(t->port[i], 500, "FLUSHALL")
                                                            : NULL;
         if (r)
             freeReplyObject(r);
@@ -637,7 +531,7 @@ void ctopo_describe(const ctopo *t, char *out, size_t outlen)
         pid_t pid = ctopo_node_pid(t, p);
         char state[32] = "?", link[32] = "-";
         ctopo_view v;
-        if (pid > 0 && ctopo_pid_stopped(pid)) {
+        if (pid > 0 && rproc_stopped(pid)) {
             PUT("\n  node %d: pid %d, STOPPED (SIGSTOP)", p, (int)pid);
             continue;
         }
@@ -715,22 +609,6 @@ static int pick_ports(ctopo *t, int i)
     return 0;
 }
 
-static void print_tail(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f), from = size > 3000 ? size - 3000 : 0;
-    fseek(f, from, SEEK_SET);
-    fprintf(stderr, "---- tail of %s ----\n", path);
-    char chunk[2048];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        fwrite(chunk, 1, n, stderr);
-    fclose(f);
-}
-
 static void export_env(const ctopo *t)
 {
     char buf[256];
@@ -795,9 +673,9 @@ static int create_cluster(ctopo *t, char *err, size_t errlen)
     pid_t pid = keeper_spawn(sock, log, pidf, argv, err, errlen);
     if (pid < 0)
         return -1;
-    for (int64_t end = lb_now_ms() + CREATE_TIMEOUT_MS; ctopo_pid_alive(pid); lb_sleep_ms(20))
+    for (int64_t end = lb_now_ms() + CREATE_TIMEOUT_MS; rproc_alive(pid); lb_sleep_ms(20))
         if (lb_now_ms() > end) {
-            ctopo_stop_pid(pid, SIGKILL, 1000);
+            rproc_stop(pid, SIGKILL, 1000);
             snprintf(err, errlen, "redis-cli --cluster create did not end within %d s (log: %s)",
                      CREATE_TIMEOUT_MS / 1000, log);
             return -1;
@@ -811,7 +689,7 @@ static int create_cluster(ctopo *t, char *err, size_t errlen)
     if (f)
         fclose(f);
     if (status != 0) {
-        print_tail(log);
+        rproc_print_tail(log, 3000);
         snprintf(err, errlen, "redis-cli --cluster create: exit status %d (log: %s)", status,
                  log);
         return -1;
@@ -909,15 +787,6 @@ static int ctopo_up(char *err, size_t errlen)
     return 0;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
 /* Every node with SIGTERM then SIGKILL; then the keeper, which takes along
  * anything left (its children's PR_SET_PDEATHSIG). */
 static void ctopo_down(void)
@@ -926,7 +795,7 @@ static void ctopo_down(void)
     if (R.keeper > 0) {
         for (int i = 0; i < CTOPO_NODES; i++)
             if (t->port[i] > 0)
-                ctopo_stop_pid(ctopo_node_pid(t, t->port[i]), SIGTERM, 5000);
+                rproc_stop(ctopo_node_pid(t, t->port[i]), SIGTERM, 5000);
         kill(R.keeper, SIGKILL);
         waitpid(R.keeper, NULL, 0);
         R.keeper = 0;
@@ -937,7 +806,7 @@ static void ctopo_down(void)
     if (k && *k && strcmp(k, "0") != 0)
         fprintf(stderr, "LB_KEEP_TMP: kept %s\n", t->dir);
     else
-        nftw(t->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        rproc_rm_tree(t->dir);
     t->dir[0] = '\0';
 }
 
@@ -953,7 +822,7 @@ ReportHook(PRE_ALL)(struct criterion_test_set *tests)
     for (int i = 0; R.t.dir[0] && i < CTOPO_NODES; i++) {
         char log[PATH_MAX];
         ctopo_path(&R.t, log, sizeof(log), "node-%d.log", R.t.port[i]);
-        print_tail(log);
+        rproc_print_tail(log, 3000);
     }
     setenv("LB_CL_ERROR", err, 1);
     ctopo_down();

@@ -35,6 +35,7 @@
 #include <hiredis/hiredis.h>
 
 #include "broker/store/slot.h"
+#include "tests/common/rproc.h"
 
 #define CTOPO_NODES 6
 #define CTOPO_MASTERS 3
@@ -80,12 +81,7 @@ pid_t ctopo_start_node(const ctopo *t, int port, char *err, size_t errlen);
 /* The running process of a node (per its pid file, checked to be a live
  * child of the keeper serving that port), or 0. */
 pid_t ctopo_node_pid(const ctopo *t, int port);
-/* Alive and not a zombie; ctopo_pid_stopped: stopped by SIGSTOP. */
-bool ctopo_pid_alive(pid_t pid);
-bool ctopo_pid_stopped(pid_t pid);
-/* Sends sig; waits up to timeout_ms for the process to end, then SIGKILL
- * and waits again. True if it ended within timeout_ms. */
-bool ctopo_stop_pid(pid_t pid, int sig, int timeout_ms);
+/* Processes: rproc_alive, rproc_stopped, rproc_stop (tests/common/rproc.h). */
 
 /* CLUSTER NODES of the node on port, parsed; -1 if it does not answer. */
 int ctopo_view_of(int port, ctopo_view *v);

@@ -401,7 +401,7 @@ void ha_kill_node(int port)
     cr_assert(pid > 0, "ha_kill_node: node %d is not running", port);
     drop_conn(port);
     kill(pid, SIGKILL);
-    for (int64_t end = lb_now_ms() + 5000; topo_pid_alive(pid); lb_sleep_ms(5))
+    for (int64_t end = lb_now_ms() + 5000; rproc_alive(pid); lb_sleep_ms(5))
         cr_assert(lb_now_ms() < end, "node %d (pid %d) still alive 5 s after SIGKILL", port,
                   (int)pid);
 }
@@ -420,7 +420,7 @@ void ha_stop_sentinel(int i)
     const topo *t = env();
     cr_assert(i >= 0 && i < TOPO_SENTINELS, "no sentinel %d", i);
     drop_conn(t->sentinel[i]);
-    topo_stop_pid(topo_sentinel_pid(t, i), SIGTERM, 5000);
+    rproc_stop(topo_sentinel_pid(t, i), SIGTERM, 5000);
 }
 
 void ha_start_sentinel(int i)

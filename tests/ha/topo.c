@@ -37,6 +37,7 @@
 #include <criterion/hooks.h>
 
 #include "tests/common/rnode.h"
+#include "tests/common/rproc.h"
 #include "tests/ha/keeper.h"
 #include "tests/integration/harness.h"
 
@@ -110,67 +111,7 @@ bool topo_is_node(const topo *t, int port)
 
 int topo_other_node(const topo *t, int port) { return t->node[0] == port ? t->node[1] : t->node[0]; }
 
-static int write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    bool ok = fputs(text, f) >= 0;
-    return fclose(f) == 0 && ok ? 0 : -1;
-}
-
 /* ---- processes ------------------------------------------------------------------- */
-
-/* State letter from /proc/PID/stat and the parent; 0 if there is none. */
-static char proc_state(pid_t pid, pid_t *ppid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* the command may contain spaces */
-    char st = 0;
-    int pp = 0;
-    if (!p || sscanf(p + 1, " %c %d", &st, &pp) != 2)
-        return 0;
-    if (ppid)
-        *ppid = (pid_t)pp;
-    return st;
-}
-
-bool topo_pid_alive(pid_t pid)
-{
-    if (pid <= 0 || kill(pid, 0) != 0)
-        return false;
-    char st = proc_state(pid, NULL);
-    return st != 0 && st != 'Z' && st != 'X';
-}
-
-/* Redis names its process "redis-server 127.0.0.1:PORT" (sentinels add
- * " [sentinel]"): with the parent, that tells a reused pid apart. */
-static bool serves_port(pid_t pid, int port)
-{
-    char path[64], buf[1024], want[16];
-    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    for (size_t i = 0; i < n; i++)
-        if (buf[i] == '\0')
-            buf[i] = ' ';
-    buf[n] = '\0';
-    snprintf(want, sizeof(want), ":%d", port);
-    for (const char *p = strstr(buf, want); p; p = strstr(p + 1, want))
-        if (p[strlen(want)] < '0' || p[strlen(want)] > '9')
-            return true;
-    return false;
-}
 
 static pid_t pid_from_file(const topo *t, const char *path, int port)
 {
@@ -182,10 +123,10 @@ static pid_t pid_from_file(const topo *t, const char *path, int port)
         pid = 0;
     fclose(f);
     pid_t ppid = 0;
-    if (pid <= 0 || !topo_pid_alive(pid))
+    if (pid <= 0 || !rproc_alive(pid))
         return 0;
-    char st = proc_state(pid, &ppid);
-    if (st == 0 || ppid != t->keeper || !serves_port(pid, port))
+    char st = rproc_state(pid, &ppid);
+    if (st == 0 || ppid != t->keeper || !rproc_serves_port(pid, port))
         return 0;
     return (pid_t)pid;
 }
@@ -204,47 +145,6 @@ pid_t topo_sentinel_pid(const topo *t, int i)
     return pid_from_file(t, path, t->sentinel[i]);
 }
 
-bool topo_stop_pid(pid_t pid, int sig, int timeout_ms)
-{
-    if (!topo_pid_alive(pid))
-        return true;
-    kill(pid, SIGCONT); /* a frozen one cannot act on SIGTERM */
-    kill(pid, sig);
-    for (int64_t end = lb_now_ms() + timeout_ms; lb_now_ms() < end; lb_sleep_ms(10))
-        if (!topo_pid_alive(pid))
-            return true;
-    kill(pid, SIGKILL);
-    for (int64_t end = lb_now_ms() + 5000; lb_now_ms() < end && topo_pid_alive(pid);)
-        lb_sleep_ms(10);
-    return false;
-}
-
-/* Waits for the server on port to answer PING; fails early if pid ends. */
-static int wait_ping(pid_t pid, int port, const char *log, char *err, size_t errlen)
-{
-    int64_t deadline = lb_now_ms() + START_TIMEOUT_MS;
-    for (;;) {
-        if (!topo_pid_alive(pid)) {
-            snprintf(err, errlen, "redis-server on port %d exited during start-up (log: %s)",
-                     port, log);
-            return -1;
-        }
-        redisReply *r = rnode_cmd(port, 500, "PING");
-        bool ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
-        if (r)
-            freeReplyObject(r);
-        if (ok)
-            return 0;
-        if (lb_now_ms() > deadline) {
-            topo_stop_pid(pid, SIGKILL, 1000);
-            snprintf(err, errlen, "redis-server on port %d did not answer PING within %d s "
-                                  "(log: %s)", port, START_TIMEOUT_MS / 1000, log);
-            return -1;
-        }
-        lb_sleep_ms(20);
-    }
-}
-
 static pid_t start(const topo *t, const char *const argv[], const char *log, const char *pidf,
                    int port, char *err, size_t errlen)
 {
@@ -253,7 +153,7 @@ static pid_t start(const topo *t, const char *const argv[], const char *log, con
     pid_t pid = keeper_spawn(sock, log, pidf, argv, err, errlen);
     if (pid < 0)
         return -1;
-    return wait_ping(pid, port, log, err, errlen) == 0 ? pid : -1;
+    return rproc_wait_ping(pid, port, START_TIMEOUT_MS, log, err, errlen) == 0 ? pid : -1;
 }
 
 pid_t topo_start_node(const topo *t, int port, int master_port, char *err, size_t errlen)
@@ -274,7 +174,7 @@ pid_t topo_start_node(const topo *t, int port, int master_port, char *err, size_
     if (master_port > 0)
         snprintf(text + n, sizeof(text) - (size_t)n, "replicaof 127.0.0.1 %d\n", master_port);
     unlink(rdb);
-    if (write_file(conf, text) != 0) {
+    if (rproc_write_file(conf, text) != 0) {
         snprintf(err, errlen, "cannot write %s: %s", conf, strerror(errno));
         return -1;
     }
@@ -502,23 +402,7 @@ static int write_sentinel_conf(const topo *t, int i, int master)
              "sentinel parallel-syncs %s 1\n",
              t->sentinel[i], t->dir, t->name, master, TOPO_QUORUM, t->name, TOPO_DOWN_AFTER_MS,
              t->name, TOPO_FAILOVER_TIMEOUT_MS, t->name);
-    return write_file(conf, text);
-}
-
-static void print_tail(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f), from = size > 2000 ? size - 2000 : 0;
-    fseek(f, from, SEEK_SET);
-    fprintf(stderr, "---- tail of %s ----\n", path);
-    char chunk[2048];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        fwrite(chunk, 1, n, stderr);
-    fclose(f);
+    return rproc_write_file(conf, text);
 }
 
 static void export_env(const topo *t)
@@ -625,15 +509,6 @@ static int topo_up(char *err, size_t errlen)
     return 0;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
 /* Sentinels first (no failover while the nodes go), then the nodes, each
  * with SIGTERM then SIGKILL; then the keeper, which takes along anything
  * left (its children's PR_SET_PDEATHSIG). */
@@ -642,9 +517,9 @@ static void topo_down(void)
     topo *t = &R.t;
     if (R.keeper > 0) {
         for (int i = 0; i < TOPO_SENTINELS; i++)
-            topo_stop_pid(topo_sentinel_pid(t, i), SIGTERM, 5000);
+            rproc_stop(topo_sentinel_pid(t, i), SIGTERM, 5000);
         for (int i = 0; i < TOPO_NODES; i++)
-            topo_stop_pid(topo_node_pid(t, t->node[i]), SIGTERM, 5000);
+            rproc_stop(topo_node_pid(t, t->node[i]), SIGTERM, 5000);
         kill(R.keeper, SIGKILL);
         waitpid(R.keeper, NULL, 0);
         R.keeper = 0;
@@ -655,7 +530,7 @@ static void topo_down(void)
     if (k && *k && strcmp(k, "0") != 0)
         fprintf(stderr, "LB_KEEP_TMP: kept %s\n", t->dir);
     else
-        nftw(t->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        rproc_rm_tree(t->dir);
     t->dir[0] = '\0';
 }
 
@@ -673,12 +548,12 @@ ReportHook(PRE_ALL)(struct criterion_test_set *tests)
     for (int i = 0; R.t.dir[0] && i < TOPO_SENTINELS; i++) {
         char log[PATH_MAX];
         topo_path(&R.t, log, sizeof(log), "sentinel-%d.log", i);
-        print_tail(log);
+        rproc_print_tail(log, 2000);
     }
     for (int i = 0; R.t.dir[0] && i < TOPO_NODES; i++) {
         char log[PATH_MAX];
         topo_path(&R.t, log, sizeof(log), "node-%d.log", R.t.node[i]);
-        print_tail(log);
+        rproc_print_tail(log, 2000);
     }
     setenv("LB_HA_ERROR", err, 1);
     topo_down();

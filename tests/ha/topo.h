@@ -28,6 +28,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "tests/common/rproc.h"
+
 #define TOPO_NODES 2
 #define TOPO_SENTINELS 3
 #define TOPO_MASTER_NAME "lbha"
@@ -61,11 +63,7 @@ pid_t topo_start_sentinel(const topo *t, int i, char *err, size_t errlen);
  * a live child of the keeper serving that port), or 0. */
 pid_t topo_node_pid(const topo *t, int port);
 pid_t topo_sentinel_pid(const topo *t, int i);
-/* Alive and not a zombie. */
-bool topo_pid_alive(pid_t pid);
-/* Sends sig; waits up to timeout_ms for the process to end, then SIGKILL
- * and waits again. True if it ended within timeout_ms. */
-bool topo_stop_pid(pid_t pid, int sig, int timeout_ms);
+/* Processes: rproc_alive, rproc_stop (tests/common/rproc.h). */
 
 /* Field of INFO replication (e.g. "role") into out; -1 if unreachable or
  * absent. */
