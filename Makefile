@@ -94,7 +94,7 @@ build/san/integration_tests: $(patsubst %.c,build/san/%.o,$(INTEG_SRCS)) build/s
 # whole binary, with the integration harness for brokers and clients. Its
 # tests kill masters, so they run one at a time (--jobs 1).
 build/san/ha_tests: $(patsubst %.c,build/san/%.o,$(HA_SRCS)) build/san/tests/integration/harness.o \
-                    build/san/tests/integration/mclient.o build/san/tests/common/rnode.o build/san/tests/common/rproc.o \
+                    build/san/tests/integration/mclient.o build/san/tests/common/rnode.o build/san/tests/common/rproc.o build/san/tests/common/kept.o \
                     build/san/liblb.a | build/san/lockbrokerd
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
 # Redis Cluster tests (issue 17; tests/cluster/cl.h): one 3-master cluster
@@ -104,7 +104,7 @@ build/san/ha_tests: $(patsubst %.c,build/san/%.o,$(HA_SRCS)) build/san/tests/int
 build/san/cluster_tests: $(patsubst %.c,build/san/%.o,$(CLUSTER_SRCS)) \
                          build/san/tests/integration/harness.o build/san/tests/ha/keeper.o \
                          build/san/tests/integration/mclient.o build/san/tests/integration/workload.o \
-                         build/san/tests/common/rnode.o build/san/tests/common/rproc.o \
+                         build/san/tests/common/rnode.o build/san/tests/common/rproc.o build/san/tests/common/kept.o \
                          build/san/liblb.a | build/san/lockbrokerd
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
 

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "tests/cluster/ctopo.h"
+#include "tests/common/kept.h"
 #include "tests/common/rnode.h"
 
 #define IMBALANCE_GRACE_MS 3000
@@ -30,19 +31,12 @@
 #define MIGRATE_BATCH 100
 #define MIGRATE_TIMEOUT_MS 5000
 
-typedef struct {
-    void *p;
-    void (*fn)(void *);
-} kept_t;
-
 static struct {
     ctopo t;
     struct {
         pid_t pid;
         redisContext *c;
     } conn[CTOPO_NODES];
-    kept_t *kept;
-    size_t nkept, capkept;
     struct {
         bool open;
         int slot, src, dst;
@@ -59,34 +53,12 @@ static const ctopo *env(void)
     return &H.t;
 }
 
-static void keep(void *p, void (*fn)(void *))
-{
-    if (H.nkept == H.capkept) {
-        H.capkept = H.capkept ? H.capkept * 2 : 32;
-        H.kept = realloc(H.kept, H.capkept * sizeof(*H.kept));
-        if (!H.kept)
-            abort();
-    }
-    H.kept[H.nkept++] = (kept_t){p, fn};
-}
-
-static void free_reply_void(void *p) { freeReplyObject(p); }
-
-static const char *keep_str(const char *s)
-{
-    char *d = strdup(s);
-    if (!d)
-        abort();
-    keep(d, free);
-    return d;
-}
-
 static uint16_t *new_map(void)
 {
     uint16_t *m = malloc(SLOT_COUNT * sizeof(*m));
     if (!m)
         abort();
-    keep(m, free);
+    kept_add(m, free);
     return m;
 }
 
@@ -110,7 +82,7 @@ static const char *describe(const ctopo *t)
 {
     char state[4096];
     ctopo_describe(t, state, sizeof(state));
-    return keep_str(state);
+    return kept_str(state);
 }
 
 /* The cached connection to the node on port. */
@@ -191,11 +163,7 @@ void cl_setup(void)
 void cl_teardown(void)
 {
     drop_conns();
-    for (size_t i = H.nkept; i > 0; i--)
-        H.kept[i - 1].fn(H.kept[i - 1].p);
-    free(H.kept);
-    H.kept = NULL;
-    H.nkept = H.capkept = 0;
+    kept_free_all();
     memset(&H.move, 0, sizeof(H.move));
     lb_teardown();
 }
@@ -500,14 +468,14 @@ const char *cl_seed_url(void)
     char url[128];
     snprintf(url, sizeof(url), "cluster://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", t->port[0],
              t->port[1], t->port[2]);
-    return keep_str(url);
+    return kept_str(url);
 }
 
 const char *cl_node_url(int port)
 {
     char url[64];
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
-    return keep_str(url);
+    return kept_str(url);
 }
 
 int cl_node_port(int i)
@@ -516,7 +484,7 @@ int cl_node_port(int i)
     return env()->port[i];
 }
 
-const char *cl_dir(void) { return keep_str(env()->dir); }
+const char *cl_dir(void) { return kept_str(env()->dir); }
 pid_t cl_node_pid(int port) { return ctopo_node_pid(env(), port); }
 const char *cl_describe(void) { return describe(env()); }
 
@@ -623,7 +591,7 @@ redisReply *cl_node_cmd(int port, const char *fmt, ...)
     redisReply *r = redisvCommand(c, fmt, ap);
     va_end(ap);
     cr_assert(r != NULL, "command '%s' to 127.0.0.1:%d failed: %s", fmt, port, c->errstr);
-    keep(r, free_reply_void);
+    kept_reply(r);
     return r;
 }
 
@@ -634,7 +602,7 @@ redisReply *cl_node_cmd_argv(int port, int argc, const char **argv)
     redisReply *r = redisCommandArgv(c, argc, argv, NULL);
     cr_assert(r != NULL, "command '%s' to 127.0.0.1:%d failed: %s", argc ? argv[0] : "", port,
               c->errstr);
-    keep(r, free_reply_void);
+    kept_reply(r);
     return r;
 }
 
@@ -653,7 +621,7 @@ redisReply *cl_node_try_cmd(int port, int timeout_ms, const char *fmt, ...)
     if (c)
         redisFree(c);
     if (r)
-        keep(r, free_reply_void);
+        kept_reply(r);
     return r;
 }
 
@@ -670,7 +638,7 @@ const char *cl_node_role(int port)
     char role[32];
     cr_assert(rnode_info(port, "replication", "role", role, sizeof(role)) == 0,
               "no INFO role from node %d", port);
-    return keep_str(role);
+    return kept_str(role);
 }
 
 const char *cl_node_state(int port)
@@ -678,7 +646,7 @@ const char *cl_node_state(int port)
     char state[32];
     cr_assert(rnode_info(port, "cluster", "cluster_state", state, sizeof(state)) == 0,
               "no cluster_state from node %d", port);
-    return keep_str(state);
+    return kept_str(state);
 }
 
 /* ---- breaking them ------------------------------------------------------------------- */
@@ -843,7 +811,7 @@ int cl_move_slot_keys(int slot, int max_keys)
         }
         redisReply *r = redisCommandArgv(conn(env(), H.move.src), n, argv, argl);
         cr_assert(r != NULL, "MIGRATE from %d: no reply", H.move.src);
-        keep(r, free_reply_void);
+        kept_reply(r);
         cr_assert(r->type == REDIS_REPLY_STATUS, "MIGRATE of %zu keys of slot %d from %d to %d: "
                                                  "%s", keys->elements, slot, H.move.src,
                   H.move.dst, r->str ? r->str : "?");

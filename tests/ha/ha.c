@@ -22,15 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/common/kept.h"
 #include "tests/common/rnode.h"
 #include "tests/ha/topo.h"
 
 #define NCONN (TOPO_NODES + TOPO_SENTINELS)
-
-typedef struct {
-    void *p;
-    void (*fn)(void *);
-} kept_t;
 
 static struct {
     topo t;
@@ -39,8 +35,6 @@ static struct {
         pid_t pid;
         redisContext *c;
     } conn[NCONN];
-    kept_t *kept;
-    size_t nkept, capkept;
 } H;
 
 /* ---- small utilities ------------------------------------------------------------ */
@@ -50,28 +44,6 @@ static const topo *env(void)
     char err[512];
     cr_assert(topo_load(&H.t, err, sizeof(err)) == 0, "%s", err);
     return &H.t;
-}
-
-static void keep(void *p, void (*fn)(void *))
-{
-    if (H.nkept == H.capkept) {
-        H.capkept = H.capkept ? H.capkept * 2 : 32;
-        H.kept = realloc(H.kept, H.capkept * sizeof(*H.kept));
-        if (!H.kept)
-            abort();
-    }
-    H.kept[H.nkept++] = (kept_t){p, fn};
-}
-
-static void free_reply_void(void *p) { freeReplyObject(p); }
-
-static const char *keep_str(const char *s)
-{
-    char *d = strdup(s);
-    if (!d)
-        abort();
-    keep(d, free);
-    return d;
 }
 
 static void drop_conn(int port)
@@ -136,7 +108,7 @@ static redisReply *vcmd(const topo *t, int port, const char *fmt, va_list ap)
     redisContext *c = conn(t, port);
     redisReply *r = redisvCommand(c, fmt, ap);
     cr_assert(r != NULL, "command '%s' to 127.0.0.1:%d failed: %s", fmt, port, c->errstr);
-    keep(r, free_reply_void);
+    kept_reply(r);
     return r;
 }
 
@@ -151,11 +123,7 @@ void ha_setup(void)
 void ha_teardown(void)
 {
     drop_conns();
-    for (size_t i = H.nkept; i > 0; i--)
-        H.kept[i - 1].fn(H.kept[i - 1].p);
-    free(H.kept);
-    H.kept = NULL;
-    H.nkept = H.capkept = 0;
+    kept_free_all();
     lb_teardown();
 }
 
@@ -319,8 +287,8 @@ int ha_sentinel_port(int i)
     return env()->sentinel[i];
 }
 
-const char *ha_master_name(void) { return keep_str(env()->name); }
-const char *ha_dir(void) { return keep_str(env()->dir); }
+const char *ha_master_name(void) { return kept_str(env()->name); }
+const char *ha_dir(void) { return kept_str(env()->dir); }
 
 const char *ha_sentinel_url(const char *master_name)
 {
@@ -328,14 +296,14 @@ const char *ha_sentinel_url(const char *master_name)
     char url[512];
     snprintf(url, sizeof(url), "sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/%s",
              t->sentinel[0], t->sentinel[1], t->sentinel[2], master_name ? master_name : t->name);
-    return keep_str(url);
+    return kept_str(url);
 }
 
 const char *ha_node_url(int port)
 {
     char url[64];
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
-    return keep_str(url);
+    return kept_str(url);
 }
 
 pid_t ha_node_pid(int port) { return topo_node_pid(env(), port); }
@@ -382,7 +350,7 @@ const char *ha_node_role(int port)
     char role[32];
     cr_assert(topo_info(port, "role", role, sizeof(role)) == 0, "no INFO role from node %d",
               port);
-    return keep_str(role);
+    return kept_str(role);
 }
 
 bool ha_node_has_key(int port, const char *key)
