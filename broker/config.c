@@ -54,6 +54,7 @@ enum opt_id {
 	OPT_CONFIG,
 	OPT_LISTEN,
 	OPT_REDIS,
+	OPT_REDLOCK,
 	OPT_REDIS_PASSWORD_FILE,
 	OPT_REDIS_WAIT_REPLICAS,
 	OPT_REDIS_WAIT_MS,
@@ -115,6 +116,12 @@ static const struct option_def options[] = {
 	 "db, a cluster has only db 0; FILE holds the\n"
 	 "nodes' password, given instead of PASSWORD)\n"
 	 "(default: " CONFIG_DEFAULT_REDIS ")"},
+	{"redlock", OPT_REDLOCK, T_STRING, true, 0, 0, "URL,URL,URL[,...]",
+	 "instead of --redis: 3, 5 or 7 independent Redis\n"
+	 "masters (redis:// or unix:// URLs, comma\n"
+	 "separated); a lock is held when a majority\n"
+	 "granted it (Redlock); exclusive locks only\n"
+	 "(default: none)"},
 	{"redis-password-file", OPT_REDIS_PASSWORD_FILE, T_STRING, true, 0, 0, "FILE",
 	 "file holding the Redis password, used when the\n"
 	 "URL has none (default: none)"},
@@ -184,6 +191,7 @@ struct loader {
 	char *password_file; /* owned; read at the end */
 	char *auth_file;     /* owned; read at the end */
 	bool cli_listen;     /* a --listen was applied: later ones append */
+	bool redis_given;    /* --redis (flag or file key) */
 	char *err;
 	size_t errlen;
 };
@@ -305,6 +313,65 @@ static int add_listen(struct loader *l, const char *url, const char *where)
 	return 0;
 }
 
+static void redlock_clear(lb_config_t *cfg)
+{
+	for (int i = 0; i < cfg->nredlock; i++)
+		redis_addr_clear(&cfg->redlock[i]);
+	cfg->nredlock = 0;
+}
+
+/* --redlock URL,URL,URL[,...]: 3, 5 or 7 masters, each a redis:// or
+ * unix:// URL as --redis takes it, no two the same. A later --redlock
+ * replaces an earlier one. Messages never quote a URL (passwords). */
+static int set_redlock(struct loader *l, const char *val, const char *where)
+{
+	lb_config_t *cfg = l->cfg;
+	const char *p = val;
+	char msg[256], one[1024];
+
+	redlock_clear(cfg);
+	for (;;) {
+		const char *comma = strchr(p, ',');
+		size_t n = comma ? (size_t)(comma - p) : strlen(p);
+		redis_addr_t *a;
+
+		if (cfg->nredlock == CONFIG_REDLOCK_MAX)
+			return fail(l, "%s: more than %d masters", where, CONFIG_REDLOCK_MAX);
+		if (n == 0)
+			return fail(l, "%s: master %d: empty URL", where, cfg->nredlock + 1);
+		if (n >= sizeof(one))
+			return fail(l, "%s: master %d: URL too long", where, cfg->nredlock + 1);
+		memcpy(one, p, n);
+		one[n] = '\0';
+		a = &cfg->redlock[cfg->nredlock];
+		if (url_parse_redis(one, a, msg, sizeof(msg)) < 0) {
+			explicit_bzero(one, sizeof(one));
+			return fail(l, "%s: master %d: %s", where, cfg->nredlock + 1, msg);
+		}
+		explicit_bzero(one, sizeof(one));
+		cfg->nredlock++;
+		if (a->kind != URL_TCP && a->kind != URL_UNIX)
+			return fail(l, "%s: master %d: a Redlock master is one Redis (redis:// or "
+			            "unix://), not a Sentinel set or a Cluster", where, cfg->nredlock);
+		for (int k = 0; k < cfg->nredlock - 1; k++) {
+			const redis_addr_t *b = &cfg->redlock[k];
+			/* Two dbs of one server are one master: it would hold two
+			 * votes, and Redlock's masters must fail independently. */
+			if (a->kind == b->kind && a->port == b->port &&
+			    strcmp(a->kind == URL_UNIX ? a->path : a->host,
+			           b->kind == URL_UNIX ? b->path : b->host) == 0)
+				return fail(l, "%s: masters %d and %d are the same", where, k + 1,
+				            cfg->nredlock);
+		}
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	if (cfg->nredlock != 3 && cfg->nredlock != 5 && cfg->nredlock != 7)
+		return fail(l, "%s: %d masters; Redlock takes 3, 5 or 7", where, cfg->nredlock);
+	return 0;
+}
+
 static int set_int(struct loader *l, const struct option_def *o, int64_t v, const char *where)
 {
 	lb_config_t *cfg = l->cfg;
@@ -343,9 +410,12 @@ static int set_string(struct loader *l, const struct option_def *o, const char *
 		return add_listen(l, val, where);
 	case OPT_REDIS:
 		redis_addr_clear(&cfg->redis);
+		l->redis_given = true;
 		if (url_parse_redis(val, &cfg->redis, msg, sizeof(msg)) < 0)
 			return fail(l, "%s: %s", where, msg); /* the URL may hold a password: not quoted */
 		return 0;
+	case OPT_REDLOCK:
+		return set_redlock(l, val, where);
 	case OPT_REDIS_PASSWORD_FILE:
 	case OPT_AUTH_FILE:
 		if (*val == '\0')
@@ -571,6 +641,21 @@ static int resolve_secrets(struct loader *l)
 
 	if (l->auth_file != NULL && read_secret(l, "auth file", l->auth_file, &l->cfg->auth_secret) < 0)
 		return CONFIG_ERROR;
+	for (int i = 0; i < l->cfg->nredlock; i++) {
+		redis_addr_t *m = &l->cfg->redlock[i];
+		int rc = 0;
+
+		if (m->password != NULL)
+			continue;
+		if (l->password_file != NULL)
+			rc = read_secret(l, "redis password file", l->password_file, &m->password);
+		else
+			rc = env_secret(l, ENV_REDIS_PASSWORD, &m->password);
+		if (rc < 0)
+			return rc;
+	}
+	if (l->cfg->nredlock > 0)
+		return 0; /* cfg->redis is not used: no copy of a secret for it */
 	if (r->password == NULL) {
 		int rc;
 
@@ -741,6 +826,11 @@ static int load(struct loader *l, int argc, char **argv)
 			return rc;
 	}
 
+	if (l->cfg->nredlock > 0 && l->redis_given)
+		return fail(l, "--redlock and --redis exclude each other: give one");
+	if (l->cfg->nredlock > 0 && l->cfg->redis_wait_replicas > 0)
+		return fail(l, "--redis-wait-replicas does not apply to --redlock (its masters are "
+		            "independent: a majority of them is what keeps a grant)");
 	return resolve_secrets(l);
 }
 
@@ -765,6 +855,7 @@ void config_free(lb_config_t *cfg)
 	if (cfg == NULL)
 		return;
 	redis_addr_clear(&cfg->redis);
+	redlock_clear(cfg);
 	free(cfg->prefix);
 	free_secret(cfg->auth_secret);
 	memset(cfg, 0, sizeof(*cfg));

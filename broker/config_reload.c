@@ -63,6 +63,16 @@ static bool same_redis(const redis_addr_t *a, const redis_addr_t *b)
 	       same_hosts(a->seeds, a->nseeds, b->seeds, b->nseeds);
 }
 
+static bool same_redlock(const lb_config_t *a, const lb_config_t *b)
+{
+	if (a->nredlock != b->nredlock)
+		return false;
+	for (int i = 0; i < a->nredlock; i++)
+		if (!same_redis(&a->redlock[i], &b->redlock[i]))
+			return false;
+	return true;
+}
+
 void config_apply_reload(lb_config_t *live, lb_config_t *fresh, char *restart, size_t restartlen)
 {
 	char *secret;
@@ -79,6 +89,7 @@ void config_apply_reload(lb_config_t *live, lb_config_t *fresh, char *restart, s
 	} while (0)
 	NEEDS_RESTART(!same_listen(live, fresh), "listen");
 	NEEDS_RESTART(!same_redis(&live->redis, &fresh->redis), "redis");
+	NEEDS_RESTART(!same_redlock(live, fresh), "redlock");
 	NEEDS_RESTART(live->redis_wait_replicas != fresh->redis_wait_replicas, "redis-wait-replicas");
 	NEEDS_RESTART(live->redis_wait_ms != fresh->redis_wait_ms, "redis-wait-ms");
 	NEEDS_RESTART(strcmp(live->prefix, fresh->prefix) != 0, "prefix");

@@ -7,8 +7,11 @@
 #define LB_BROKER_BASE_RANDOM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Fills buf with 2*n lowercase hex characters (n <= 64) plus a NUL. */
 void random_hex(char *buf, size_t n);
+/* A number in 0..n-1 (0 when n <= 1), for jitter: not for secrets. */
+uint32_t random_below(uint32_t n);
 
 #endif

@@ -18,6 +18,7 @@
 #define CONFIG_DEFAULT_UNIX "unix:///run/lockbroker/lockbroker.sock"
 #define CONFIG_DEFAULT_REDIS "redis://127.0.0.1:6379"
 #define CONFIG_MAX_LISTEN 16
+#define CONFIG_REDLOCK_MAX 7 /* --redlock: 3, 5 or 7 masters */
 
 typedef struct lb_config {
 	listen_addr_t listen[CONFIG_MAX_LISTEN];
@@ -26,6 +27,11 @@ typedef struct lb_config {
 	                            * its password_file), else file, else env;
 	                            * sentinel:// also sentinel_password: its file,
 	                            * else env, else NULL */
+	/* --redlock: nredlock (3, 5 or 7) independent masters, redis:// or
+	 * unix:// each, passwords resolved as for redis; 0: not in that mode
+	 * (then redis serves). */
+	int nredlock;
+	redis_addr_t redlock[CONFIG_REDLOCK_MAX];
 	int redis_wait_replicas;   /* 0..16, default 0 (off): after a grant or an
 	                            * extend, WAIT for this many replicas; fewer
 	                            * acks undo the grant (answered unavailable) */

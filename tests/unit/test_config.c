@@ -3,8 +3,8 @@
  * its override by flags, listen list replacement, strict numbers, secret
  * files and the Redis password precedence, the Sentinel URL and its
  * password, the Cluster URL and its password file, the replication wait
- * flags, what a reload must restart for, and that no message leaks a
- * secret. Every test works in its own mkdtemp directory, removed in .fini.
+ * flags, the Redlock master list and its passwords, what a reload must
+ * restart for, and that no message leaks a secret. Every test works in its own mkdtemp directory, removed in .fini.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -510,7 +510,7 @@ Test(config, help_lists_every_flag)
 		"--pool N", "--max-line N", "--log-level LEVEL", "--shutdown-grace-ms N",
 		"--max-connections N", "--max-leases-per-session N", "--max-inflight N",
 		"--redis-wait-replicas N", "--redis-wait-ms T", "sentinel://", "cluster://",
-		"?password_file=FILE",
+		"?password_file=FILE", "--redlock URL,URL,URL[,...]",
 		"--version", "--help", "LOCKBROKER_REDIS_PASSWORD", "LOCKBROKER_SENTINEL_PASSWORD",
 	};
 	static char out[16384];
@@ -1169,4 +1169,330 @@ Test(config, reload_cluster_changes_need_restart)
 	snprintf(ub, sizeof(ub), "cluster://n1,n2:7001?password_file=%s", b);
 	reload(ARGS("--redis", base), ARGS("--redis", ub), restart, sizeof(restart));
 	cr_expect_str_eq(restart, "redis", "the file's content differs");
+}
+
+/* ---- --redlock: 3, 5 or 7 independent masters ---------------------------- */
+
+#define L3 "redis://r1,redis://r2:6380/2,unix:///run/r3.sock?db=3"
+#define L5 "redis://a1,redis://a2,redis://a3,redis://a4,redis://a5"
+#define L7 "redis://b1,redis://b2,redis://b3,redis://b4,redis://b5,redis://b6,redis://b7"
+
+static void expect_tcp_master(int i, const char *host, int port, int db)
+{
+	const redis_addr_t *m = &C.redlock[i];
+
+	cr_expect_eq(m->kind, URL_TCP, "master %d", i + 1);
+	cr_expect_str_eq(m->host, host, "master %d", i + 1);
+	cr_expect_eq(m->port, port, "master %d", i + 1);
+	cr_expect_eq(m->db, db, "master %d", i + 1);
+}
+
+Test(config, redlock_three_five_seven)
+{
+	char name[16];
+
+	cr_assert_eq(LOAD("--redlock", L3), CONFIG_OK, "%s", err);
+	cr_assert_eq(C.nredlock, 3);
+	expect_tcp_master(0, "r1", 6379, 0);
+	expect_tcp_master(1, "r2", 6380, 2);
+	cr_expect_eq(C.redlock[2].kind, URL_UNIX);
+	cr_expect_str_eq(C.redlock[2].path, "/run/r3.sock");
+	cr_expect_eq(C.redlock[2].db, 3);
+	for (int i = 0; i < 3; i++)
+		cr_expect_null(C.redlock[i].password, "master %d", i + 1);
+	cr_expect_eq(C.redis_wait_replicas, 0);
+
+	cr_assert_eq(LOAD("--redlock=" L5), CONFIG_OK, "%s", err);
+	cr_assert_eq(C.nredlock, 5);
+	for (int i = 0; i < 5; i++) {
+		snprintf(name, sizeof(name), "a%d", i + 1);
+		expect_tcp_master(i, name, 6379, 0);
+	}
+
+	cr_assert_eq(LOAD("--redlock", L7), CONFIG_OK, "%s", err);
+	cr_assert_eq(C.nredlock, 7);
+	for (int i = 0; i < 7; i++) {
+		snprintf(name, sizeof(name), "b%d", i + 1);
+		expect_tcp_master(i, name, 6379, 0);
+	}
+
+	cr_assert_eq(LOAD("--redlock", "redis://[::1]:7000,redis://10.0.0.2,unix:///a.sock"), CONFIG_OK,
+		     "%s", err);
+	expect_tcp_master(0, "::1", 7000, 0);
+	expect_tcp_master(1, "10.0.0.2", 6379, 0);
+
+	cr_assert_eq(LOAD0(), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.nredlock, 0, "none by default");
+}
+
+Test(config, redlock_in_config_file)
+{
+	cr_assert_eq(LOAD("--config", write_str("c.json", "{\"redlock\": \"" L3 "\"}")), CONFIG_OK, "%s", err);
+	cr_assert_eq(C.nredlock, 3);
+	expect_tcp_master(1, "r2", 6380, 2);
+	cr_expect_str_eq(C.redlock[2].path, "/run/r3.sock");
+
+	expect_error(LOAD("--config", write_str("n.json", "{\"redlock\": [\"redis://a\"]}")), "\"redlock\"");
+	cr_expect_not_null(strstr(err, "must be a string"), "%s", err);
+	expect_error(LOAD("--config", write_str("t.json", "{\"redlock\": \"redis://a,redis://b\"}")),
+		     "\"redlock\"");
+	cr_expect_not_null(strstr(err, "3, 5 or 7"), "%s", err);
+}
+
+Test(config, redlock_wrong_counts_refused)
+{
+	static const char *const bad[] = {
+		"redis://a",
+		"redis://a,redis://b",
+		"redis://a,redis://b,redis://c,redis://d",
+		"redis://a,redis://b,redis://c,redis://d,redis://e,redis://f",
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		expect_error(LOAD("--redlock", bad[i]), "--redlock");
+		cr_expect_not_null(strstr(err, "3, 5 or 7"), "%s: %s", bad[i], err);
+	}
+	expect_error(LOAD("--redlock", L7 ",redis://b8"), "--redlock");
+	cr_expect_not_null(strstr(err, "more than 7"), "%s", err);
+}
+
+Test(config, redlock_empty_element_refused)
+{
+	expect_error(LOAD("--redlock", "redis://a,,redis://b,redis://c"), "empty URL");
+	cr_expect_not_null(strstr(err, "master 2"), "%s", err);
+	expect_error(LOAD("--redlock", ",redis://a,redis://b,redis://c"), "empty URL");
+	cr_expect_not_null(strstr(err, "master 1"), "%s", err);
+	expect_error(LOAD("--redlock", "redis://a,redis://b,redis://c,"), "empty URL");
+	cr_expect_not_null(strstr(err, "master 4"), "%s", err);
+	expect_error(LOAD("--redlock="), "--redlock");
+	expect_error(LOAD("--redlock", "redis://a,redis://b,redis://c:0"), "master 3");
+}
+
+Test(config, redlock_duplicates_refused)
+{
+	expect_error(LOAD("--redlock", "redis://a,redis://b,redis://a"), "masters 1 and 3 are the same");
+	expect_error(LOAD("--redlock", "redis://a,redis://a:6379,redis://b"), "masters 1 and 2 are the same");
+	expect_error(LOAD("--redlock", "redis://a/1,redis://b,redis://a:6379/1"), "masters 1 and 3");
+	expect_error(LOAD("--redlock", "redis://[::1],redis://b,redis://[::1]:6379"), "masters 1 and 3");
+	expect_error(LOAD("--redlock", "unix:///r.sock,redis://b,unix:///r.sock?db=0"), "masters 1 and 3");
+	expect_error(LOAD("--redlock", "redis://:one@a,redis://:two@a,redis://c"), "masters 1 and 2");
+	cr_expect_null(strstr(err, "one"), "%s", err);
+	cr_expect_null(strstr(err, "two"), "%s", err);
+
+	/* Not the same: another port, or a host and a socket path spelled alike. */
+	cr_assert_eq(LOAD("--redlock", "redis://a,redis://a:6380,redis://b"), CONFIG_OK, "%s", err);
+	cr_assert_eq(LOAD("--redlock", "redis://x,unix:///x,redis://b"), CONFIG_OK, "%s", err);
+}
+
+Test(config, redlock_refuses_sentinel_and_cluster)
+{
+	expect_error(LOAD("--redlock", "redis://a,sentinel://s/m,redis://c"), "--redlock");
+	cr_expect_not_null(strstr(err, "master 2"), "%s", err);
+	cr_expect_not_null(strstr(err, "not a Sentinel set or a Cluster"), "%s", err);
+	expect_error(LOAD("--redlock", "redis://a,redis://b,cluster://n"), "--redlock");
+	cr_expect_not_null(strstr(err, "master 3"), "%s", err);
+	cr_expect_not_null(strstr(err, "not a Sentinel set or a Cluster"), "%s", err);
+	expect_error(LOAD("--config", write_str("c.json", "{\"redlock\": \"cluster://n,redis://b,redis://c\"}")),
+		     "\"redlock\"");
+	cr_expect_not_null(strstr(err, "not a Sentinel set or a Cluster"), "%s", err);
+	expect_error(LOAD("--redlock", "rediss://a,redis://b,redis://c"), "TLS");
+}
+
+Test(config, redlock_and_redis_exclude_each_other)
+{
+	char json[256];
+
+	expect_error(LOAD("--redlock", L3, "--redis", "redis://h"), "exclude each other");
+	expect_error(LOAD("--redis", "redis://h", "--redlock", L3), "exclude each other");
+	expect_error(LOAD("--redlock", L3, "--redis", CONFIG_DEFAULT_REDIS), "exclude each other");
+
+	expect_error(LOAD("--config", write_str("a.json", "{\"redis\": \"redis://h\"}"), "--redlock", L3),
+		     "exclude each other");
+	expect_error(LOAD("--config", write_str("b.json", "{\"redlock\": \"" L3 "\"}"), "--redis", "redis://h"),
+		     "exclude each other");
+	snprintf(json, sizeof(json), "{\"redis\": \"redis://h\", \"redlock\": \"%s\"}", L3);
+	expect_error(LOAD("--config", write_str("c.json", json)), "exclude each other");
+}
+
+Test(config, redlock_refuses_wait_replicas)
+{
+	expect_error(LOAD("--redlock", L3, "--redis-wait-replicas", "1"), "--redis-wait-replicas");
+	cr_expect_not_null(strstr(err, "--redlock"), "%s", err);
+	expect_error(LOAD("--redis-wait-replicas=1", "--redlock", L5), "--redis-wait-replicas");
+	expect_error(LOAD("--config", write_str("c.json", "{\"redis-wait-replicas\": 2}"), "--redlock", L3),
+		     "--redis-wait-replicas");
+
+	cr_assert_eq(LOAD("--redlock", L3, "--redis-wait-replicas", "0"), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.nredlock, 3);
+	cr_assert_eq(LOAD("--redis-wait-replicas", "1", "--redis-wait-replicas", "0", "--redlock", L3), CONFIG_OK,
+		     "the last value counts: %s", err);
+}
+
+Test(config, redlock_url_passwords_kept)
+{
+	cr_assert_eq(LOAD("--redlock", "redis://:p1@a,redis://:p2@b,redis://:p3@c/4"), CONFIG_OK, "%s", err);
+	cr_assert_eq(C.nredlock, 3);
+	cr_expect_str_eq(C.redlock[0].password, "p1");
+	cr_expect_str_eq(C.redlock[1].password, "p2");
+	cr_expect_str_eq(C.redlock[2].password, "p3");
+	expect_tcp_master(2, "c", 6379, 4);
+}
+
+Test(config, redlock_password_file_and_env)
+{
+	const char *pwfile = write_str("pw", "from-file\r\n");
+	static const char *const list = "redis://:own@a,redis://b,unix:///c.sock";
+
+	setenv("LOCKBROKER_REDIS_PASSWORD", "from-env", 1);
+	cr_assert_eq(LOAD("--redlock", list, "--redis-password-file", pwfile), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redlock[0].password, "own", "the URL's own wins");
+	cr_expect_str_eq(C.redlock[1].password, "from-file", "the file over the variable");
+	cr_expect_str_eq(C.redlock[2].password, "from-file");
+
+	cr_assert_eq(LOAD("--redis-password-file", pwfile, "--redlock", list), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redlock[1].password, "from-file", "whatever the order");
+
+	cr_assert_eq(LOAD("--redlock", list), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redlock[0].password, "own");
+	cr_expect_str_eq(C.redlock[1].password, "from-env");
+	cr_expect_str_eq(C.redlock[2].password, "from-env");
+
+	setenv("LOCKBROKER_REDIS_PASSWORD", "", 1);
+	cr_assert_eq(LOAD("--redlock", list), CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redlock[0].password, "own");
+	cr_expect_null(C.redlock[1].password, "an empty variable means no password");
+	unsetenv("LOCKBROKER_REDIS_PASSWORD");
+	cr_assert_eq(LOAD("--redlock", list), CONFIG_OK, "%s", err);
+	cr_expect_null(C.redlock[2].password);
+
+	expect_error(LOAD("--redlock", list, "--redis-password-file", "/nonexistent/pw"), "/nonexistent/pw");
+}
+
+/* As with --redis: the password file is not read when no master needs it. */
+Test(config, redlock_password_file_unread_when_every_url_has_one)
+{
+	cr_assert_eq(LOAD("--redlock", "redis://:p1@a,redis://:p2@b,redis://:p3@c", "--redis-password-file",
+			  "/nonexistent/pw"),
+		     CONFIG_OK, "%s", err);
+	cr_expect_str_eq(C.redlock[1].password, "p2");
+}
+
+Test(config, redlock_errors_never_show_the_password)
+{
+	static const char *const bad[] = {
+		"redis://:hunter2@a:0,redis://b,redis://c",
+		"redis://:hunter2@a,redis://b,redis://:hunter2@c/x",
+		"redis://:hunter2@a,redis://b",
+		"redis://:hunter2@a,redis://b,redis://c,redis://:hunter2@d",
+		"redis://:hunter2@a,,redis://c",
+		"redis://:hunter2@a,redis://:hunter2@a,redis://c",
+		"redis://:hunter2@a,sentinel://:hunter2@s/m,redis://c",
+		"redis://a,cluster://:hunter2@n,redis://c",
+		"redis://alice:hunter2@a,redis://b,redis://c",
+		"redis://:hunter2,x@a,redis://b,redis://c",
+		"redis://:hunter2@a?x=1,redis://b,redis://c",
+	};
+	char json[512];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		expect_error(LOAD("--redlock", bad[i]), "--redlock");
+		cr_expect_null(strstr(err, "hunter2"), "%s", err);
+		snprintf(json, sizeof(json), "{\"redlock\": \"%s\"}", bad[i]);
+		expect_error(LOAD("--config", write_str("r.json", json)), "\"redlock\"");
+		cr_expect_null(strstr(err, "hunter2"), "%s", err);
+	}
+
+	/* Refused by the checks after the flags. */
+	expect_error(LOAD("--redlock", "redis://:hunter2@a,redis://b,redis://c", "--redis", "redis://:hunter2@h"),
+		     "exclude each other");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+	expect_error(LOAD("--redlock", "redis://:hunter2@a,redis://b,redis://c", "--redis-wait-replicas", "1"),
+		     "--redis-wait-replicas");
+	cr_expect_null(strstr(err, "hunter2"), "%s", err);
+}
+
+Test(config, redlock_later_replaces_earlier)
+{
+	cr_assert_eq(LOAD("--redlock", "redis://:x@a1,redis://a2,redis://a3,redis://a4,redis://a5", "--redlock",
+			  L3),
+		     CONFIG_OK, "%s", err);
+	cr_assert_eq(C.nredlock, 3);
+	expect_tcp_master(0, "r1", 6379, 0);
+	cr_expect_null(C.redlock[0].password, "nothing left of the earlier list");
+
+	cr_assert_eq(LOAD("--redlock", L3, "--redlock", L7), CONFIG_OK, "%s", err);
+	cr_assert_eq(C.nredlock, 7);
+	expect_tcp_master(6, "b7", 6379, 0);
+
+	cr_assert_eq(LOAD("--config", write_str("c.json", "{\"redlock\": \"" L7 "\"}"), "--redlock", L5), CONFIG_OK,
+		     "%s", err);
+	cr_assert_eq(C.nredlock, 5, "the flag replaces the file's list");
+	expect_tcp_master(4, "a5", 6379, 0);
+
+	/* A good list does not rescue a bad one before it: the first error stops. */
+	expect_error(LOAD("--redlock", "redis://a,redis://b", "--redlock", L3), "3, 5 or 7");
+}
+
+Test(config, reload_redlock_same_needs_no_restart)
+{
+	const char *a = write_str("a", "one\n"), *c = write_str("c", "one");
+	char restart[256];
+
+	reload(ARGS("--redlock", L3), ARGS("--redlock", L3), restart, sizeof(restart));
+	cr_expect_str_eq(restart, "");
+	reload(ARGS("--redlock", "redis://:p@a,redis://b,redis://c", "--log-level", "info"),
+	       ARGS("--redlock", "redis://:p@a,redis://b,redis://c", "--log-level", "debug"), restart,
+	       sizeof(restart));
+	cr_expect_str_eq(restart, "");
+	cr_expect_eq(C.log_level, LOG_DEBUG, "what can change live still does");
+	reload(ARGS("--redlock", L5, "--redis-password-file", a), ARGS("--redlock", L5, "--redis-password-file", c),
+	       restart, sizeof(restart));
+	cr_expect_str_eq(restart, "", "another file, the same content");
+}
+
+Test(config, reload_redlock_changes_need_restart)
+{
+	static const char *const base = "redis://:pw@a,redis://b:6380/1,unix:///c.sock";
+	static const char *const changed[] = {
+		"redis://:pw@a,unix:///c.sock,redis://b:6380/1",                     /* order */
+		"redis://:pw@x,redis://b:6380/1,unix:///c.sock",                     /* host */
+		"redis://:pw@a,redis://b:6381/1,unix:///c.sock",                     /* port */
+		"redis://:pw@a,redis://b:6380/2,unix:///c.sock",                     /* db */
+		"redis://:pw@a,redis://b:6380/1,unix:///d.sock",                     /* path */
+		"redis://:pw2@a,redis://b:6380/1,unix:///c.sock",                    /* password */
+		"redis://a,redis://b:6380/1,unix:///c.sock",                         /* password gone */
+		"redis://:pw@a,redis://b:6380/1,unix:///c.sock,redis://d,redis://e", /* more masters */
+	};
+	char restart[256];
+
+	for (size_t i = 0; i < sizeof(changed) / sizeof(changed[0]); i++) {
+		reload(ARGS("--redlock", base), ARGS("--redlock", changed[i]), restart, sizeof(restart));
+		cr_expect_str_eq(restart, "redlock", "%s", changed[i]);
+		cr_expect_str_eq(C.redlock[0].host, "a", "not applied live");
+	}
+
+	reload(ARGS("--pool", "4"), ARGS("--redlock", base), restart, sizeof(restart));
+	cr_expect_str_eq(restart, "redlock", "from the default --redis");
+	cr_expect_eq(C.nredlock, 0, "not applied live");
+	reload(ARGS("--redlock", base), ARGS("--pool", "4"), restart, sizeof(restart));
+	cr_expect_str_eq(restart, "redlock", "back to the default --redis");
+	reload(ARGS("--redis", "redis://h"), ARGS("--redlock", base), restart, sizeof(restart));
+	cr_expect_str_eq(restart, "redis redlock");
+}
+
+Test(config, reload_redlock_password_file_change_needs_restart)
+{
+	const char *a = write_str("a", "one\n"), *b = write_str("b", "two\n");
+	char restart[256];
+
+	reload(ARGS("--redlock", L3, "--redis-password-file", a), ARGS("--redlock", L3, "--redis-password-file", b),
+	       restart, sizeof(restart));
+	cr_expect_str_eq(restart, "redlock", "another content: '%s'", restart);
+
+	setenv("LOCKBROKER_REDIS_PASSWORD", "env1", 1);
+	cr_assert_eq(load_into(&C, ARGS("--redlock", L3)), CONFIG_OK, "%s", err);
+	setenv("LOCKBROKER_REDIS_PASSWORD", "env2", 1);
+	cr_assert_eq(load_into(&F, ARGS("--redlock", L3)), CONFIG_OK, "%s", err);
+	config_apply_reload(&C, &F, restart, sizeof(restart));
+	cr_expect_str_eq(restart, "redlock", "the variable changed: '%s'", restart);
 }
