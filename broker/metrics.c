@@ -129,6 +129,9 @@ static char *render(size_t *len)
 	put(&t, "lockbroker_up 1\n");
 	metric(&t, "lockbroker_redis_up", "gauge", "1 when a Redis connection is ready.");
 	put(&t, "lockbroker_redis_up %d\n", store_up() ? 1 : 0);
+	metric(&t, "lockbroker_redis_mode", "gauge",
+	       "1 for the way this broker keeps locks: single, sentinel, cluster or redlock.");
+	put(&t, "lockbroker_redis_mode{mode=\"%s\"} 1\n", store_mode());
 	put_masters(&t);
 	metric(&t, "lockbroker_uptime_seconds", "gauge", "Seconds since the broker started.");
 	put(&t, "lockbroker_uptime_seconds %llu\n",

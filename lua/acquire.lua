@@ -2,7 +2,7 @@
 -- (wait) queued in arrival order.
 -- KEYS: all seven. ARGV: the context (see context_of), then id, mode,
 -- limit (0 for a lock), ttl_ms, owner, client, max_hold_ms (0 = none),
--- wait ('1': queue when busy), fair ('1'), max_queue.
+-- wait ('1': queue when busy; 'r': Redlock, see below), fair ('1'), max_queue.
 -- Returns {1, fence, ttl_ms, hold_ms} granted (hold_ms: ms left of the
 -- max hold, 0 for none); {0, retry_ms} busy (and queued when wait); {-1, 0}
 -- conflict (held or awaited as another kind or limit); {-2, 0} the queue is
@@ -12,6 +12,10 @@
 -- fair: granted only when nobody is queued ahead. Not fair: may pass queued
 -- waiters, except that a shared request never passes a queued exclusive
 -- one (writers are not starved).
+-- Redlock (--redlock): waiters never queue in Redis. A busy request with
+-- wait 'r' is answered as a try and marks the header ('v'): the release
+-- that frees the lock then publishes its name on P .. 'redlock:wake',
+-- which every Redlock broker listens to on every master.
 -- The fast path: nobody holds or awaits the lock (header without 'm' or a
 -- live solo holder, and if the header is missing, no model keys either).
 -- The request is granted as the solo holder: 3 Redis calls, 4 when the
@@ -27,6 +31,7 @@ if not hv[1] then
     local mode, limit = ARGV[8], tonumber(ARGV[9])
     if (hv[6] == 'p') ~= (mode == 'p') or tonumber(hv[7]) ~= limit then return {-1, 0} end
     if mode == 'x' or hv[6] == 'x' or (mode == 'p' and limit < 2) then
+      if ARGV[14] == 'r' then redis.call('HSET', KEYS[3], 'v', '1') end
       return {0, tonumber(hv[3]) - now_ms}
     end
   end
@@ -132,7 +137,10 @@ if may then
 end
 
 local retry = look_again(C, blocked_for(list, mode, C.now_ms))
-if not wait then return finish(K, C, {0, retry}, granted) end
+if not wait then
+  if ARGV[a + 7] == 'r' then redis.call('HSET', K.hd, 'v', '1') end
+  return finish(K, C, {0, retry}, granted)
+end
 if not queued then
   if nqueued >= max_queue then
     return finish(K, C, {-2, 0}, granted)

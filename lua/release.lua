@@ -10,7 +10,7 @@
 
 -- The fast path: id is the live solo holder (nobody waits: 3 Redis calls),
 -- or another id is (so the model is empty and id holds nothing).
-local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'c', 'r')
+local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'c', 'r', 'v')
 if hv[1] then
   if hv[1] ~= ARGV[7] then return {-1} end
   local t = redis.call('TIME')
@@ -26,7 +26,13 @@ if hv[1] then
     end
     -- Only 'o' says there is a solo holder: the other fields may stay, and
     -- the header keeps its lifetime (the holder's expiry plus retention).
-    redis.call('HDEL', KEYS[3], 'o')
+    -- 'v': a Redlock broker waits (see acquire.lua): it is woken.
+    if hv[5] then
+      redis.call('HDEL', KEYS[3], 'o', 'v')
+      redis.call('PUBLISH', ARGV[3] .. 'redlock:wake', ARGV[4])
+    else
+      redis.call('HDEL', KEYS[3], 'o')
+    end
     return {0}
   end
 end
@@ -52,4 +58,5 @@ if info[2] > 1 and not all then
 end
 redis.call('ZREM', K.h, id)
 redis.call('HDEL', K.i, id)
+redlock_wake(K, C)
 return finish(K, C, {0}, promote(K, C))

@@ -16,6 +16,7 @@ local status = 0
 if holder_get(K.h, K.i, id) then
   redis.call('ZREM', K.h, id)
   redis.call('HDEL', K.i, id)
+  redlock_wake(K, C)
   status = 1
 elseif redis.call('ZSCORE', K.q, id) then
   local wi = info_get(K.w, id)

@@ -383,6 +383,8 @@ json_t *resp_stats(const json_t *id, const resp_stats_t *s)
 	put(o, "failovers_total", num(s->failovers_total));
 	put(o, "failover_lost_total", num(s->failover_lost_total));
 	put(o, "redis", str(s->redis_up ? "up" : "down"));
+	if (s->redis_mode)
+		put(o, "redis_mode", str(s->redis_mode));
 	if (s->nmasters > 0) {
 		json_t *a = must(json_array());
 		for (size_t k = 0; k < s->nmasters; k++) {

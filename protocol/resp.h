@@ -110,7 +110,8 @@ typedef struct resp_lease {
 } resp_lease_t;
 json_t *resp_leases(const json_t *id, const resp_lease_t *leases, size_t n);
 
-/* One Redis master in stats: {"addr", "up", "slots", "pending", "redirects"}. */
+/* One Redis master in stats: {"addr", "up", "slots", "pending", "redirects"}
+ * (a Redis Cluster's masters, or the masters of a Redlock set). */
 typedef struct resp_master {
 	const char *addr;
 	bool up;
@@ -132,7 +133,10 @@ typedef struct resp_stats {
 	int64_t failovers_total;     /* master switches followed */
 	int64_t failover_lost_total; /* leases lost to them */
 	bool redis_up;
-	/* Per Redis Cluster master: "redis_masters" (left out when none). */
+	/* "single", "sentinel", "cluster" or "redlock": "redis_mode" (left
+	 * out when NULL). */
+	const char *redis_mode;
+	/* Per Redis Cluster or Redlock master: "redis_masters" (left out when none). */
 	const struct resp_master *masters;
 	size_t nmasters;
 } resp_stats_t;

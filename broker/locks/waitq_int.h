@@ -26,6 +26,13 @@
  * waiter stopped wanting the lock (timeout, cancel, session end, shutdown);
  * a grant that arrives after that is given back, never answered.
  *
+ * Redlock (store_redlock): nothing of a waiter is queued in Redis. Each
+ * acquire is a round on every master (the store merges it); a waiter whose
+ * round was lost is QUEUED and `unsent`, and the lock's next round (one
+ * at a time per lock, its oldest waiter first) goes on a wake from a
+ * release, at the holder's expiry, after a random backoff when the vote
+ * split, and at least once per safety-net interval.
+ *
  * Ownership: a waiter holds one reference on its client for its whole
  * life, plus one (counted in the client's inflight) while its acquire is
  * on its way. A wlock lives while it has waiters; heartbeat replies look it
@@ -131,6 +138,14 @@ struct wlock {
 	waiter_t *held_head, *held_tail; /* held waiters, oldest first */
 	bool hb_again; /* woken while a heartbeat was on its way */
 	uint64_t refreshed_at; /* last heartbeat that listed the waiters, 0: none */
+	/* Redlock (store_redlock): no round before rl_not_before, unless a
+	 * wake comes and rl_wakeable (the last round found the lock held, and
+	 * a wake says it was released); rl_losses: rounds lost in a row to a
+	 * split vote (the backoff grows with it); rl_woken: a wake came. */
+	uint64_t rl_not_before;
+	bool rl_wakeable;
+	bool rl_woken;
+	unsigned rl_losses;
 };
 
 struct waitq_state {
@@ -172,12 +187,20 @@ void wq_finish_failed(waiter_t *w);
 /* waitq_send.c: acquires and withdraws on their way, and their replies. */
 /* Sends w's acquire, or holds it behind the lock's other held waiters. */
 void wq_waiter_send(waiter_t *w);
+/* Sends w's acquire now. */
+void wq_waiter_send_now(waiter_t *w);
 void wq_send_withdraw(waiter_t *w);
 /* Takes back whatever w may have left in Redis (a grant, a queue entry). */
 void wq_withdraw_quietly(const waiter_t *w);
 
 /* waitq_wake.c: the wake-up path. */
-/* Sends the acquires that could not be sent, then a heartbeat of wl. */
+/* Sends the acquires that could not be sent, then a heartbeat of wl
+ * (Redlock: wq_redlock_round). */
 void wq_wlock_heartbeat(wlock_t *wl);
+/* Redlock: the next round of wl's oldest waiter, when one may go now. */
+void wq_redlock_round(wlock_t *wl);
+/* Redlock: w's round was lost and w waits on; hint: ms until a quorum
+ * may be free (0: it may be now, the vote split). */
+void wq_redlock_lost(waiter_t *w, int64_t hint);
 
 #endif

@@ -234,9 +234,8 @@ void wq_withdraw_quietly(const waiter_t *w)
 		free(q); /* no script loaded yet: nothing of it can be in Redis */
 }
 
-static void on_acquire_reply(const redisReply *r, void *priv)
+static void acquire_reply(const redisReply *r, waiter_t *w)
 {
-	waiter_t *w = priv;
 	int64_t status, a = 0, b = 0, hold = 0;
 
 	client_op_end(w->s); /* the waiter's own reference keeps s alive */
@@ -273,6 +272,8 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 			 * acquire again (the script takes a repeat as a repeat). */
 			w->state = W_QUEUED;
 			w->unsent = true;
+			w->wl->rl_not_before = timers_now() + LOCK_SAFETY_NET_MS; /* Redlock only */
+			w->wl->rl_wakeable = false;
 			wq_wlock_arm(w->wl, timers_now() + LOCK_SAFETY_NET_MS);
 			wq_answer_tries_behind(w);
 			return;
@@ -305,11 +306,18 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 
 	if (status == 1) {
 		w->state = W_QUEUED;
+		w->wl->rl_losses = 0;
+		w->wl->rl_not_before = 0;
 		grant_to(w, a, b, hold, w->sent_at);
 		return;
 	}
 	w->state = W_QUEUED;
 	w->unsent = false;
+	if (status == 0 && w->wait && w->end == WEND_NONE && store_redlock()) {
+		wq_redlock_lost(w, a);
+		wq_answer_tries_behind(w);
+		return;
+	}
 	if (status == 0 && w->wait && w->end == WEND_NONE) {
 		uint64_t now = timers_now();
 		wq_wlock_arm(w->wl, now + (a > 0 && a < LOCK_SAFETY_NET_MS ? (uint64_t)a + 1 : LOCK_SAFETY_NET_MS));
@@ -331,6 +339,27 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 		wq_answer_error(w, LB_E_LIMIT_EXCEEDED, "the lock's queue is full");
 	}
 	wq_finish_failed(w);
+}
+
+static void on_acquire_reply(const redisReply *r, void *priv)
+{
+	waiter_t *w = priv;
+	wlock_t *wl = w->wl;
+	char name[REQ_LOCK_MAX_BYTES];
+	size_t len = wl->len;
+	uint64_t serial = wl->serial;
+
+	if (!store_redlock()) {
+		acquire_reply(r, w);
+		return;
+	}
+	/* Redlock: the lock's next round may go now (wq_redlock_round says
+	 * whether it may: a lost round set its time). */
+	memcpy(name, wl->name, len);
+	acquire_reply(r, w);
+	wl = wq_wlock_find(name, len);
+	if (wl && wl->serial == serial)
+		wq_wlock_arm(wl, timers_now());
 }
 
 static void on_pointer_stored(const redisReply *r, void *priv)
@@ -374,7 +403,20 @@ static void on_pointer_stored(const redisReply *r, void *priv)
 	wq_waiter_send(w);
 }
 
-static void waiter_send_now(waiter_t *w);
+/* Redlock: a waiting acquire goes when no round of its lock is on its
+ * way, no older waiter waits for its round, and no backoff holds the lock
+ * back; else it waits for its turn (wq_redlock_round). */
+static bool redlock_may_send(const waiter_t *w)
+{
+	const wlock_t *wl = w->wl;
+
+	if (wl->acq_inflight > 0 || timers_now() < wl->rl_not_before)
+		return false;
+	for (const waiter_t *o = wl->head; o && o != w; o = o->wl_next)
+		if (o->state == W_QUEUED && o->unsent && o->end == WEND_NONE)
+			return false;
+	return true;
+}
 
 /* Sends w's acquire, or holds it (see ACQUIRE_INFLIGHT_MAX) behind the
  * lock's other held waiters. */
@@ -383,12 +425,19 @@ void wq_waiter_send(waiter_t *w)
 	wlock_t *wl = w->wl;
 
 	REQUIRE(!w->held);
+	if (store_redlock() && w->wait && !redlock_may_send(w)) {
+		w->state = W_QUEUED;
+		w->unsent = true;
+		wq_wlock_arm(wl, wl->rl_not_before > timers_now() ? wl->rl_not_before
+		                                                   : timers_now() + LOCK_SAFETY_NET_MS);
+		return;
+	}
 	/* A try goes out at once: it answers now and queues nothing, so it
 	 * holds up no other broker's wake-up, and held it could wait for a
 	 * burst of others to be answered first. */
-	if ((w->detach && !w->pointer_set) || !w->wait ||
+	if ((w->detach && !w->pointer_set) || !w->wait || store_redlock() ||
 	    (wl->acq_inflight < ACQUIRE_INFLIGHT_MAX && !wl->held_head)) {
-		waiter_send_now(w);
+		wq_waiter_send_now(w);
 		return;
 	}
 	w->state = W_QUEUED;
@@ -426,14 +475,14 @@ static void send_held(wlock_t *wl)
 		waiter_t *w = wl->held_head;
 
 		wq_held_unlink(w);
-		waiter_send_now(w);
+		wq_waiter_send_now(w);
 	}
 }
 
 /* Sends w's acquire (for a detached one, its token -> name pointer first:
  * the token must be usable on any broker the moment the client learns it;
  * the pointer names the lock only and expires by itself). */
-static void waiter_send_now(waiter_t *w)
+void wq_waiter_send_now(waiter_t *w)
 {
 	client_t *s = w->s;
 	lockscript_t ls;
@@ -460,7 +509,7 @@ static void waiter_send_now(waiter_t *w)
 		lockscript_arg(&ls, w->owner, w->owner_len);
 		lockscript_arg(&ls, s->label ? s->label : "", s->label ? s->label_len : 0);
 		lockscript_int(&ls, w->max_hold_ms);
-		lockscript_str(&ls, w->wait ? "1" : "0");
+		lockscript_str(&ls, !w->wait ? "0" : store_redlock() ? "r" : "1");
 		lockscript_str(&ls, w->fair ? "1" : "0");
 		lockscript_int(&ls, server.cfg->max_queue);
 		/* A try is repeatable (the script knows its id): after a lost
@@ -480,6 +529,8 @@ static void waiter_send_now(waiter_t *w)
 	w->state = W_QUEUED;
 	if (w->wait && w->end == WEND_NONE) {
 		w->unsent = true; /* waits on; the next heartbeat tries again */
+		w->wl->rl_not_before = timers_now() + LOCK_SAFETY_NET_MS; /* Redlock only */
+		w->wl->rl_wakeable = false;
 		wq_wlock_arm(w->wl, timers_now() + LOCK_SAFETY_NET_MS);
 		return;
 	}

@@ -15,8 +15,68 @@
 #include "broker/base/counters.h"
 #include "broker/base/log.h"
 #include "broker/base/shared.h"
+#include "broker/base/random.h"
 #include "broker/locks/waitq_int.h"
 #include "broker/store/lockscript.h"
+
+/* ---- Redlock: rounds instead of a queue ------------------------------------ */
+
+/* A split vote backs off a random while below RL_BACKOFF_MS << losses
+ * (at most << RL_BACKOFF_SHIFT_MAX); a lock held by another is tried
+ * again at its holder's expiry plus up to RL_JITTER_MS, or on a wake. */
+#define RL_BACKOFF_MS 4
+#define RL_BACKOFF_SHIFT_MAX 5
+#define RL_JITTER_MS 5
+
+void wq_redlock_lost(waiter_t *w, int64_t hint)
+{
+	wlock_t *wl = w->wl;
+	uint64_t now = timers_now(), at;
+
+	w->unsent = true;
+	if (hint <= 0) {
+		unsigned shift = wl->rl_losses < RL_BACKOFF_SHIFT_MAX ? wl->rl_losses : RL_BACKOFF_SHIFT_MAX;
+		wl->rl_losses++;
+		at = now + 1 + random_below((uint32_t)RL_BACKOFF_MS << shift);
+		wl->rl_wakeable = false;
+	} else {
+		/* A wake that came while the round was on its way may tell of a
+		 * release the round did not see everywhere: again at once. */
+		at = wl->hb_again ? now : now + (uint64_t)hint + 1 + random_below(RL_JITTER_MS);
+		wl->rl_wakeable = true;
+	}
+	wl->hb_again = false;
+	if (at > now + LOCK_SAFETY_NET_MS)
+		at = now + LOCK_SAFETY_NET_MS;
+	wl->rl_not_before = at;
+	timer_at(&wl->timer, at);
+}
+
+void wq_redlock_round(wlock_t *wl)
+{
+	uint64_t now = timers_now();
+	bool woken = wl->rl_woken;
+	waiter_t *next = NULL;
+
+	wl->rl_woken = false;
+	for (waiter_t *w = wl->head; w && !next; w = w->wl_next)
+		if (w->state == W_QUEUED && w->unsent && w->end == WEND_NONE)
+			next = w;
+	if (!next)
+		return;
+	if (wl->acq_inflight > 0) {
+		/* Its reply decides; a wake meanwhile is kept for it. */
+		wl->hb_again = wl->hb_again || woken;
+		return;
+	}
+	if (now < wl->rl_not_before && !(woken && wl->rl_wakeable)) {
+		timer_at(&wl->timer, wl->rl_not_before);
+		return;
+	}
+	wl->rl_not_before = 0;
+	timer_at(&wl->timer, now + LOCK_SAFETY_NET_MS); /* the safety net */
+	wq_waiter_send_now(next);
+}
 
 /* ---- heartbeats ---------------------------------------------------------- */
 
@@ -113,6 +173,10 @@ void wq_wlock_heartbeat(wlock_t *wl)
 	bool sending = false, queued = false;
 	uint64_t now = timers_now();
 
+	if (store_redlock()) {
+		wq_redlock_round(wl);
+		return;
+	}
 	for (waiter_t *w = wl->head, *next; w; w = next) {
 		next = w->wl_next;
 		if (w->state == W_QUEUED && w->unsent && w->end == WEND_NONE) {
@@ -216,9 +280,10 @@ void waitq_on_message(const char *name, size_t len)
 {
 	wlock_t *wl = wq_wlock_find(name, len);
 
-	if (wl)
+	if (wl) {
+		wl->rl_woken = true; /* Redlock's only: see wq_redlock_round */
 		wq_wlock_heartbeat(wl);
-	else if (len > 0 && len <= REQ_LOCK_MAX_BYTES)
+	} else if (len > 0 && len <= REQ_LOCK_MAX_BYTES && !store_redlock())
 		drop_orphans(name, len);
 }
 

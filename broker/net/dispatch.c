@@ -406,6 +406,7 @@ static void op_stats(session_t *s, req_t *req)
 		.failovers_total = (int64_t)server.stats.failovers_total,
 		.failover_lost_total = (int64_t)server.stats.failover_lost_total,
 		.redis_up = store_up(),
+		.redis_mode = store_mode(),
 		.masters = rm,
 	};
 

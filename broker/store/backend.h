@@ -1,7 +1,7 @@
 /*
  * backend.h - what seam.c (the seam, store.h) asks of a backend: single.c
- * (one Redis, or the master Sentinel names) and cluster.c (Redis
- * Cluster). store_start picks one by the URL's kind; every other store_*
+ * (one Redis, or the master Sentinel names), cluster.c (Redis
+ * Cluster) and redlock.c (N independent masters). store_start picks one by the URL's kind; every other store_*
  * call goes to it. Nothing outside broker/store/ includes this.
  */
 #ifndef LB_BROKER_STORE_BACKEND_H
@@ -23,11 +23,21 @@ typedef struct store_backend {
 	int (*eval)(const char *route, size_t route_len, script_id_t script, int nkeys, int argc,
 	            const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
 	            uint64_t retry_until, int wait, int floor_arg);
+	/* Redlock: a script on master i alone (its canary); NULL elsewhere. */
+	int (*eval_master)(int master, const char *route, size_t route_len, script_id_t script,
+	                   int nkeys, int argc, const char *const *argv, const size_t *argvlen,
+	                   store_fn fn, void *priv);
 	/* Fills up to max entries of the masters served (store_masters). */
 	size_t (*masters)(store_master_t *out, size_t max);
 } store_backend_t;
 
 extern const store_backend_t store_single_backend;
 extern const store_backend_t store_cluster_backend;
+extern const store_backend_t store_redlock_backend;
+
+/* store_eval_key on master i of a backend that has eval_master (Redlock):
+ * the key is routed there and nowhere else. -1 elsewhere. */
+int store_eval_key_on(int master, const char *key, size_t key_len, script_id_t script, int argc,
+                      const char *const *argv, const size_t *argvlen, store_fn fn, void *priv);
 
 #endif

@@ -22,6 +22,7 @@
 #include "broker/base/log.h"
 #include "broker/base/shared.h"
 #include "broker/base/timers.h"
+#include "broker/store/backend.h"
 #include "broker/store/store.h"
 
 #define CANARY_EVERY_MS 1000
@@ -29,6 +30,7 @@
 
 struct canary {
 	void (*on_loss)(const char *why);
+	int master; /* -1: routed by the key (store_eval_key); else that master */
 	char key[128];
 	size_t key_len;
 	char last[64];    /* the value known to be in Redis; "" before the first */
@@ -85,15 +87,25 @@ static void check(timer_ent_t *t)
 	argvlen[2] = strlen(k->sent);
 	argv[3] = ttl;
 	argvlen[3] = sizeof(ttl) - 1;
-	if (store_eval_key(k->key, k->key_len, SCRIPT_CANARY, 4, argv, argvlen, on_checked, k, 0) == 0)
+	if ((k->master < 0 ? store_eval_key(k->key, k->key_len, SCRIPT_CANARY, 4, argv, argvlen,
+	                                    on_checked, k, 0)
+	                   : store_eval_key_on(k->master, k->key, k->key_len, SCRIPT_CANARY, 4, argv,
+	                                       argvlen, on_checked, k)) == 0)
 		k->inflight = true;
 }
 
 canary_t *canary_start(const char *key, size_t key_len, void (*on_loss)(const char *why))
 {
+	return canary_start_on(-1, key, key_len, on_loss);
+}
+
+canary_t *canary_start_on(int master, const char *key, size_t key_len,
+                          void (*on_loss)(const char *why))
+{
 	canary_t *k = xcalloc(1, sizeof(*k));
 
 	REQUIRE(key_len < sizeof(k->key));
+	k->master = master;
 	k->on_loss = on_loss;
 	memcpy(k->key, key, key_len);
 	k->key_len = key_len;

@@ -12,6 +12,7 @@ static const char *const script_names[SCRIPT__COUNT] = {
 	[SCRIPT_ACQUIRE] = "acquire",
 	[SCRIPT_CANARY] = "canary",
 	[SCRIPT_EXTEND] = "extend",
+	[SCRIPT_FENCE] = "fence",
 	[SCRIPT_HEARTBEAT] = "heartbeat",
 	[SCRIPT_INSPECT] = "inspect",
 	[SCRIPT_LEASE_INDEX] = "lease_index",

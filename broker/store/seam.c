@@ -1,6 +1,6 @@
 /*
- * seam.c - the functions of store.h: picks the backend by the URL's
- * kind (cluster:// is cluster.c, every other kind single.c) and passes
+ * seam.c - the functions of store.h: picks the backend (--redlock is
+ * redlock.c, a cluster:// URL cluster.c, every other kind single.c) and passes
  * each call to it. What every backend does the same way lives here: which
  * calls WAIT for replicas, and where a key that is no lock's is routed.
  */
@@ -12,10 +12,17 @@
 #include "broker/store/rpool.h"
 
 static const store_backend_t *B;
+static const char *mode = "single";
 
 void store_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *events)
 {
-	B = cfg->redis.kind == URL_CLUSTER ? &store_cluster_backend : &store_single_backend;
+	B = cfg->nredlock > 0                  ? &store_redlock_backend
+	    : cfg->redis.kind == URL_CLUSTER ? &store_cluster_backend
+	                                     : &store_single_backend;
+	mode = cfg->nredlock > 0                  ? "redlock"
+	       : cfg->redis.kind == URL_CLUSTER  ? "cluster"
+	       : cfg->redis.kind == URL_SENTINEL ? "sentinel"
+	                                         : "single";
 	B->start(loop, cfg, events);
 }
 
@@ -48,6 +55,16 @@ size_t store_pending(void)
 bool store_replayed(void)
 {
 	return B->replayed();
+}
+
+const char *store_mode(void)
+{
+	return mode;
+}
+
+bool store_redlock(void)
+{
+	return B == &store_redlock_backend;
 }
 
 bool store_replicated(void)
@@ -91,6 +108,19 @@ static const char *route_part(const char *key, size_t len, size_t *out_len)
 	return key;
 }
 
+/* The key, then argv: all[0..argc]. False when argc is out of bounds. */
+static bool key_then_args(const char *key, size_t key_len, int argc, const char *const *argv,
+                          const size_t *argvlen, const char **all, size_t *lens)
+{
+	if (argc < 0 || argc > 7)
+		return false;
+	all[0] = key;
+	lens[0] = key_len;
+	memcpy(all + 1, argv, (size_t)argc * sizeof(*argv));
+	memcpy(lens + 1, argvlen, (size_t)argc * sizeof(*argvlen));
+	return true;
+}
+
 int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc,
                    const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
                    uint64_t retry_until)
@@ -98,13 +128,21 @@ int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc
 	const char *all[8], *part;
 	size_t lens[8], part_len;
 
-	if (argc < 0 || argc > 7)
+	if (!key_then_args(key, key_len, argc, argv, argvlen, all, lens))
 		return -1;
-	all[0] = key;
-	lens[0] = key_len;
-	memcpy(all + 1, argv, (size_t)argc * sizeof(*argv));
-	memcpy(lens + 1, argvlen, (size_t)argc * sizeof(*argvlen));
 	part = route_part(key, key_len, &part_len);
 	return B->eval(part, part_len, script, 1, argc + 1, all, lens, fn, priv, retry_until,
 	               RP_NO_WAIT, -1);
+}
+
+int store_eval_key_on(int master, const char *key, size_t key_len, script_id_t script, int argc,
+                      const char *const *argv, const size_t *argvlen, store_fn fn, void *priv)
+{
+	const char *all[8], *part;
+	size_t lens[8], part_len;
+
+	if (!B || !B->eval_master || !key_then_args(key, key_len, argc, argv, argvlen, all, lens))
+		return -1;
+	part = route_part(key, key_len, &part_len);
+	return B->eval_master(master, part, part_len, script, 1, argc + 1, all, lens, fn, priv);
 }

@@ -41,9 +41,10 @@
  *             channel; the broker takes a wake only from the master that
  *             owns the lock's slot (cluster.c says why not sharded
  *             pub/sub).
- *   redlock   (issue 18) every call on N independent masters, the reply
- *             merged by the backend (a majority within the validity time,
- *             fences as max + 1); store_up when a majority is.
+ *   redlock   (redlock.c; --redlock) every call on N independent
+ *             masters at once, the replies merged by the backend (a
+ *             grant: a majority within the validity time, its fence
+ *             written on a majority first); store_up when a majority is.
  *
  * Callbacks: fn(reply, priv) runs exactly once per accepted call; reply is
  * NULL when there is none (store_reply_failed says so for errors too), and
@@ -96,6 +97,13 @@ size_t store_pending(void);
 /* True while a callback runs for a call that went out more than once
  * because a reply was lost: an earlier copy may have run. */
 bool store_replayed(void);
+
+/* "single", "sentinel", "cluster" or "redlock": how locks are kept. */
+const char *store_mode(void);
+/* True with --redlock (redlock.c): waiters do not queue in Redis; each
+ * acquire is a round on every master (wait 'r' in lua/acquire.lua), woken
+ * by on_wake when a release frees the lock; exclusive locks only. */
+bool store_redlock(void);
 
 /* False while a callback runs for a lock's call whose writes
  * --redis-wait-replicas replicas did not acknowledge within

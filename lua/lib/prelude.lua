@@ -355,6 +355,15 @@ end
 -- A grant for a waiter, in every script's reply: {id, fence, ttl_ms, hold_ms}.
 local GRANT_WIDTH = 4
 
+-- Redlock (--redlock; see acquire.lua): a holder went and a Redlock
+-- broker waits ('v' in the header): every Redlock broker hears the lock's
+-- name.
+local function redlock_wake(K, C)
+  if redis.call('HDEL', K.hd, 'v') == 1 then
+    redis.call('PUBLISH', C.prefix .. 'redlock:wake', C.name)
+  end
+end
+
 -- See "Waking" above.
 local REWAKE_MS = 300
 local DEAF_GRACE_MS = 900

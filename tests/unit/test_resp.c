@@ -374,7 +374,7 @@ Test(resp, leases)
 
 Test(resp, stats)
 {
-	resp_stats_t s = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, true, NULL, 0};
+	resp_stats_t s = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, true, NULL, NULL, 0};
 	json_t *v = roundtrip(resp_stats(NULL, &s), NULL);
 
 	keys_are(v, "id", "ok", "uptime_s", "connections", "sessions", "leases",
@@ -396,6 +396,24 @@ Test(resp, stats)
 	s.redis_up = false;
 	v = roundtrip(resp_stats(NULL, &s), NULL);
 	cr_assert_str_eq(sval(v, "redis"), "down");
+	json_decref(v);
+}
+
+Test(resp, stats_redis_mode)
+{
+	resp_stats_t s = {.redis_up = true, .redis_mode = "redlock"};
+	json_t *v = roundtrip(resp_stats(NULL, &s), NULL);
+
+	keys_are(v, "id", "ok", "uptime_s", "connections", "sessions", "leases",
+		 "waiters", "acquired_total", "released_total", "timeouts_total",
+		 "lost_total", "failovers_total", "failover_lost_total", "redis", "redis_mode", NULL);
+	cr_assert_str_eq(sval(v, "redis_mode"), "redlock");
+	json_decref(v);
+
+	s.redis_mode = NULL;
+	v = roundtrip(resp_stats(NULL, &s), NULL);
+	cr_assert_null(json_object_get(v, "redis_mode"), "left out when NULL");
+	cr_assert_str_eq(sval(v, "redis"), "up");
 	json_decref(v);
 }
 

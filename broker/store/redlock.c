@@ -1,0 +1,879 @@
+/*
+ * redlock.c - the store's backend (backend.h) over N independent Redis
+ * masters (--redlock, issue 18): every call of a lock goes to all of them
+ * at once (one pool per master, rpool.c; the calls of one lock keep their
+ * connection, so their order, on each master) and the N replies are
+ * merged into the one reply the locks layer knows from a single Redis.
+ *
+ * An acquire is a Redlock round (redlock_vote.h has the arithmetic):
+ *   - the acquire script runs on every master with the same token;
+ *   - a quorum (N/2 + 1) of grants within the validity (ttl - elapsed -
+ *     drift, on the quorum-th longest grant) wins it; then the round's
+ *     fence F (above every fence the granting masters issued) is written
+ *     on those masters (lua/fence.lua), and only when a quorum confirmed
+ *     it, still within the validity, is the grant answered: {1, F, the
+ *     validity from the round's start, max-hold left};
+ *   - a round that cannot win any more (too many refusals or failures, or
+ *     its validity spent, or the fence not confirmed) is undone at once
+ *     on every master (withdraw.lua gives a grant back), and a grant that
+ *     arrives after that is undone again. It answers busy {0, retry_ms}
+ *     with retry_ms when a quorum may be free, {-1, 0} when a quorum saw
+ *     another kind of lock, or an error when a majority did not answer.
+ * Waiters never queue in Redis: a waiting acquire goes out with wait 'r'
+ * (a try that marks the lock, see lua/acquire.lua), and the release that
+ * frees a marked lock publishes its name on P "redlock:wake", which this
+ * backend subscribes to on every master (the locks layer then runs a new
+ * round; see waitq_wake.c). Fairness across brokers is best effort.
+ *
+ * Every other call is merged by what its reply means:
+ *   extend, verify, reenter: held when a quorum says so, for the
+ *     quorum-th longest life left less the drift (so a lease ends here
+ *     before a majority could free it); not held when more than N - quorum
+ *     say not; unknown (NULL) when a quorum cannot answer;
+ *   release, withdraw: the count left where it is held (a release is
+ *     safe on any master), answered when a quorum said so, when all
+ *     answered, or RL_STRAGGLER_MS after a quorum did;
+ *   inspect: the holder a quorum shows, with the highest fence any shows;
+ *   lease_index: a pointer found on any master; written on a quorum;
+ *   heartbeat, orphans: the first answer (the locks layer sends none).
+ * A call is freed once every master answered (or failed): a master that
+ * is down fails its calls at once, a resent call gives up after
+ * RL_LEG_RETRY_MS (its effect ends by the lease's TTL there anyway).
+ *
+ * store_up: a quorum of masters is up. A master that may have lost data
+ * (a new run_id, its canary) makes every lease be checked again
+ * (on_data_loss): a lease held on fewer than a quorum is lost. Nothing
+ * here changes lock state but through the scripts of lua/.
+ */
+#include "broker/store/backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker/base/log.h"
+#include "broker/base/shared.h"
+#include "broker/base/timers.h"
+#include "broker/store/canary.h"
+#include "broker/store/lockscript.h"
+#include "broker/store/redlock_vote.h"
+#include "broker/store/rpool.h"
+
+#define RL_STRAGGLER_MS 200  /* after a quorum answered: how long the rest may take */
+#define RL_LEG_RETRY_MS 30000 /* a master's copy of a call is resent at most this long */
+#define RL_ARGS_MAX 32
+
+typedef enum leg_state { LEG_PENDING, LEG_OK, LEG_FAILED } leg_state_t;
+
+typedef enum phase {
+	PH_VOTE,  /* acquire: the votes come in */
+	PH_FENCE, /* acquire: won, the fence is being written */
+	PH_WON,
+	PH_LOST,
+	PH_DONE,  /* any other call: answered */
+} phase_t;
+
+typedef struct rl_call rl_call_t;
+
+typedef struct rl_leg {
+	rl_call_t *c;
+	int i;      /* the master */
+	bool fence; /* a fence write (acquire, phase two) */
+} rl_leg_t;
+
+struct rl_call {
+	script_id_t script;
+	store_fn fn; /* NULL: nobody waits for the answer (an undo) */
+	void *priv;
+	int n, quorum;
+	int legs;      /* callbacks still to come, fence writes included */
+	bool answered; /* fn ran (or will not) */
+	bool replayed; /* some master's copy went out more than once */
+	phase_t phase;
+	uint64_t t0;
+	timer_ent_t timer;
+	bool timer_on;
+	rl_leg_t leg[REDLOCK_MASTERS_MAX], fleg[REDLOCK_MASTERS_MAX];
+	leg_state_t st[REDLOCK_MASTERS_MAX];
+	int64_t v[REDLOCK_MASTERS_MAX][4]; /* the reply's first integers */
+	int nv[REDLOCK_MASTERS_MAX];       /* how many of them are integers */
+	redisReply *copy[REDLOCK_MASTERS_MAX]; /* inspect: the replies */
+	bool index_get;                        /* lease_index 'get' */
+	/* acquire */
+	redlock_vote_t vote;
+	int64_t hold[REDLOCK_MASTERS_MAX];
+	int64_t fence;       /* F, once won */
+	uint64_t ends_at;    /* the validity's end, once won */
+	int fence_ok, fence_pending;
+	int argc, nkeys;     /* the acquire's own arguments, for the undo */
+	char **argv;
+	size_t *argvlen;
+	char *route;
+	size_t route_len;
+};
+
+static struct {
+	store_events_t E;
+	int n, quorum;
+	rpool_t *pool[REDLOCK_MASTERS_MAX];
+	canary_t *canary[REDLOCK_MASTERS_MAX];
+	const redis_addr_t *addr[REDLOCK_MASTERS_MAX];
+	bool delivering;     /* a merged reply is being delivered */
+	bool delivering_replayed;
+} R;
+
+static int rl_send(const char *route, size_t route_len, script_id_t script, int nkeys, int argc,
+                   const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
+                   uint64_t retry_until, int floor_arg);
+
+/* ---- replies ------------------------------------------------------------ */
+
+static void deliver(rl_call_t *c, const redisReply *r)
+{
+	if (c->answered)
+		return;
+	c->answered = true;
+	if (!c->fn)
+		return;
+	R.delivering = true;
+	R.delivering_replayed = c->replayed;
+	c->fn(r, c->priv);
+	R.delivering = false;
+}
+
+/* An array reply of n integers, built on the stack of the caller. */
+typedef struct int_reply {
+	redisReply top;
+	redisReply el[4];
+	redisReply *ptr[4];
+} int_reply_t;
+
+static const redisReply *ints(int_reply_t *b, int n, int64_t a0, int64_t a1, int64_t a2, int64_t a3)
+{
+	int64_t v[4] = {a0, a1, a2, a3};
+
+	memset(b, 0, sizeof(*b));
+	b->top.type = REDIS_REPLY_ARRAY;
+	b->top.elements = (size_t)n;
+	b->top.element = b->ptr;
+	for (int k = 0; k < n; k++) {
+		b->el[k].type = REDIS_REPLY_INTEGER;
+		b->el[k].integer = v[k];
+		b->ptr[k] = &b->el[k];
+	}
+	return &b->top;
+}
+
+static void deliver_error(rl_call_t *c, const char *msg)
+{
+	redisReply e = {.type = REDIS_REPLY_ERROR, .str = (char *)msg, .len = strlen(msg)};
+
+	deliver(c, &e);
+}
+
+static redisReply *reply_dup(const redisReply *r)
+{
+	redisReply *d = xcalloc(1, sizeof(*d));
+
+	d->type = r->type;
+	d->integer = r->integer;
+	if (r->str) {
+		d->str = xmalloc(r->len + 1);
+		memcpy(d->str, r->str, r->len);
+		d->str[r->len] = '\0';
+		d->len = r->len;
+	}
+	if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
+		d->element = xcalloc(r->elements, sizeof(*d->element));
+		d->elements = r->elements;
+		for (size_t k = 0; k < r->elements; k++)
+			d->element[k] = reply_dup(r->element[k]);
+	}
+	return d;
+}
+
+static void reply_free(redisReply *r)
+{
+	if (!r)
+		return;
+	for (size_t k = 0; k < r->elements; k++)
+		reply_free(r->element[k]);
+	free(r->element);
+	free(r->str);
+	free(r);
+}
+
+/* What master i answered, as far as the merges need it. */
+static void record(rl_call_t *c, int i, const redisReply *r)
+{
+	c->nv[i] = 0;
+	if (store_reply_failed(r)) {
+		c->st[i] = LEG_FAILED;
+		return;
+	}
+	c->st[i] = LEG_OK;
+	if (r->type == REDIS_REPLY_INTEGER) {
+		c->v[i][0] = r->integer;
+		c->nv[i] = 1;
+	} else if (r->type == REDIS_REPLY_ARRAY) {
+		for (size_t k = 0; k < r->elements && k < 4; k++) {
+			if (r->element[k]->type != REDIS_REPLY_INTEGER)
+				break;
+			c->v[i][k] = r->element[k]->integer;
+			c->nv[i] = (int)k + 1;
+		}
+	}
+}
+
+static int count_state(const rl_call_t *c, leg_state_t s)
+{
+	int n = 0;
+
+	for (int i = 0; i < c->n; i++)
+		n += c->st[i] == s;
+	return n;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The k-th largest (1-based) of v[0..n-1]; 0 when n < k. */
+static int64_t kth_largest(int64_t *v, int n, int k)
+{
+	if (n < k || k < 1)
+		return 0;
+	qsort(v, (size_t)n, sizeof(*v), cmp_desc);
+	return v[k - 1];
+}
+
+/* A max-hold left where 0 means none: the quorum-th largest, with none
+ * the largest of all. */
+static int64_t quorum_hold(int64_t *h, int n, int q)
+{
+	for (int k = 0; k < n; k++)
+		if (h[k] <= 0)
+			h[k] = INT64_MAX;
+	int64_t v = kth_largest(h, n, q);
+	return v == INT64_MAX ? 0 : v;
+}
+
+static void arm(rl_call_t *c, uint64_t at)
+{
+	c->timer_on = true;
+	timer_at(&c->timer, at);
+}
+
+/* ---- extend, verify, reenter: a life left on a quorum -------------------- */
+
+static void merge_life(rl_call_t *c)
+{
+	int64_t life[REDLOCK_MASTERS_MAX], hold[REDLOCK_MASTERS_MAX], count = 0;
+	int ok = 0, gone = 0, pending = count_state(c, LEG_PENDING);
+	bool reenter = c->script == SCRIPT_REENTER;
+
+	for (int i = 0; i < c->n; i++) {
+		if (c->st[i] != LEG_OK)
+			continue;
+		if (c->nv[i] < 2 || c->v[i][0] < 0) {
+			gone++;
+			continue;
+		}
+		life[ok] = reenter ? c->v[i][1] : c->v[i][0];
+		hold[ok] = reenter ? 0 : c->v[i][1];
+		if (c->v[i][0] > count)
+			count = c->v[i][0];
+		ok++;
+	}
+	if (ok >= c->quorum) {
+		int_reply_t b;
+		int64_t l = kth_largest(life, ok, c->quorum);
+		int64_t h = quorum_hold(hold, ok, c->quorum);
+
+		l -= redlock_drift_ms(l);
+		if (l <= 0)
+			deliver(c, ints(&b, 2, -1, 0, 0, 0));
+		else if (reenter)
+			deliver(c, ints(&b, 2, count, l, 0, 0));
+		else
+			deliver(c, ints(&b, 2, l, h, 0, 0));
+	} else if (gone > c->n - c->quorum) {
+		int_reply_t b;
+		deliver(c, ints(&b, 2, -1, 0, 0, 0));
+	} else if (ok + pending < c->quorum) {
+		deliver(c, NULL);
+	}
+}
+
+/* ---- release, withdraw: the count left where it was held ----------------- */
+
+static void merge_count(rl_call_t *c, bool timed_out)
+{
+	int ok = 0, gone = 0, answered, pending = count_state(c, LEG_PENDING);
+	int64_t best = -1;
+	int_reply_t b;
+
+	for (int i = 0; i < c->n; i++) {
+		if (c->st[i] != LEG_OK || c->nv[i] < 1)
+			continue;
+		if (c->v[i][0] >= 0) {
+			ok++;
+			if (c->v[i][0] > best)
+				best = c->v[i][0];
+		} else {
+			gone++;
+		}
+	}
+	answered = ok + gone;
+	if (ok >= c->quorum || (c->script == SCRIPT_RELEASE && gone >= c->quorum) || pending == 0 ||
+	    timed_out) {
+		if (answered == 0)
+			deliver(c, NULL);
+		else
+			deliver(c, ints(&b, 1, ok > 0 ? best : -1, 0, 0, 0));
+	} else if (answered >= c->quorum && !c->timer_on) {
+		arm(c, timers_now() + RL_STRAGGLER_MS);
+	}
+}
+
+/* ---- inspect: the holder a quorum shows ---------------------------------- */
+
+/* inspect.lua: {limit, fence or false, waiters, then 5 per holder}. */
+static void merge_inspect(rl_call_t *c, bool timed_out)
+{
+	int answered = count_state(c, LEG_OK), pending = count_state(c, LEG_PENDING);
+	int holding = 0, pick = -1, any = -1;
+	int64_t fence = -1;
+
+	if (pending > 0 && !timed_out) {
+		if (answered >= c->quorum && !c->timer_on)
+			arm(c, timers_now() + RL_STRAGGLER_MS);
+		return;
+	}
+	for (int i = 0; i < c->n; i++) {
+		const redisReply *r = c->copy[i];
+		if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 3)
+			continue;
+		if (r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer > fence)
+			fence = r->element[1]->integer;
+		if (any < 0)
+			any = i;
+		if (r->elements >= 8) {
+			holding++;
+			if (pick < 0 || r->element[4]->integer < c->copy[pick]->element[4]->integer)
+				pick = i;
+		}
+	}
+	if (any < 0) {
+		deliver(c, NULL);
+		return;
+	}
+	if (holding < c->quorum) {
+		int_reply_t b;
+		redisReply nofence = {.type = REDIS_REPLY_NIL};
+		const redisReply *out = ints(&b, 3, 0, fence, 0, 0);
+		if (fence < 0)
+			b.ptr[1] = &nofence;
+		deliver(c, out);
+		return;
+	}
+	/* The shortest life a quorum shows would be safer still; the one
+	 * shown is the shortest of all, the highest fence any master has. */
+	if (fence >= 0 && c->copy[pick]->element[1]->type == REDIS_REPLY_INTEGER)
+		c->copy[pick]->element[1]->integer = fence;
+	deliver(c, c->copy[pick]);
+}
+
+/* ---- lease_index and the rest -------------------------------------------- */
+
+static void merge_index(rl_call_t *c, const redisReply *r, bool timed_out)
+{
+	int ok = count_state(c, LEG_OK), pending = count_state(c, LEG_PENDING);
+
+	if (c->index_get) {
+		if (r && r->type == REDIS_REPLY_STRING) {
+			deliver(c, r);
+		} else if (pending == 0 || timed_out) {
+			redisReply nil = {.type = REDIS_REPLY_NIL};
+			deliver(c, ok > 0 ? &nil : NULL);
+		} else if (ok >= c->quorum && !c->timer_on) {
+			arm(c, timers_now() + RL_STRAGGLER_MS);
+		}
+		return;
+	}
+	if (ok >= c->quorum && !store_reply_failed(r))
+		deliver(c, r);
+	else if (ok + pending < c->quorum)
+		deliver(c, NULL);
+}
+
+/* ---- acquire: a round ----------------------------------------------------- */
+
+/* Gives back whatever the round got: withdraw.lua on every master, behind
+ * the acquire on the lock's connection there. */
+static void undo(rl_call_t *c)
+{
+	int argc = c->nkeys + 7; /* the keys, the context, the token */
+
+	if (c->argc < argc)
+		return;
+	rl_send(c->route, c->route_len, SCRIPT_WITHDRAW, c->nkeys, argc,
+	        (const char *const *)c->argv, c->argvlen, NULL, NULL,
+	        timers_now() + (uint64_t)c->vote.want_ttl_ms + 1000, -1);
+}
+
+/* The round is lost: undone, and answered busy (or why not). */
+static void lose(rl_call_t *c)
+{
+	int failed = 0, conflict = 0, full = 0, nretry = 0;
+	int64_t retry[REDLOCK_MASTERS_MAX];
+	int_reply_t b;
+
+	c->phase = PH_LOST;
+	undo(c);
+	for (int i = 0; i < c->n; i++) {
+		if (c->vote.answer[i] == RL_FAILED || c->vote.answer[i] == RL_PENDING) {
+			failed += c->vote.answer[i] == RL_FAILED;
+			retry[nretry++] = 0;
+		} else if (c->vote.answer[i] == RL_GRANTED) {
+			retry[nretry++] = 0;
+		} else {
+			conflict += c->v[i][0] == -1;
+			full += c->v[i][0] == -2;
+			retry[nretry++] = c->v[i][0] == 0 && c->nv[i] >= 2 ? c->v[i][1] : 0;
+		}
+	}
+	if (failed > c->n - c->quorum) {
+		deliver_error(c, "a majority of the Redlock masters did not answer");
+	} else if (conflict >= c->quorum) {
+		deliver(c, ints(&b, 2, -1, 0, 0, 0));
+	} else if (full >= c->quorum) {
+		deliver(c, ints(&b, 2, -2, 0, 0, 0));
+	} else {
+		/* When a quorum may be free: the quorum-th smallest wait. */
+		int64_t hint = kth_largest(retry, nretry, c->n - c->quorum + 1);
+		deliver(c, ints(&b, 2, 0, hint, 0, 0));
+	}
+}
+
+static void win(rl_call_t *c)
+{
+	int64_t hold[REDLOCK_MASTERS_MAX];
+	int nh = 0;
+	int_reply_t b;
+
+	c->phase = PH_WON;
+	for (int i = 0; i < c->n; i++)
+		if (c->vote.answer[i] == RL_GRANTED)
+			hold[nh++] = c->hold[i];
+	if (c->fence > server.fence_high)
+		server.fence_high = c->fence;
+	deliver(c, ints(&b, 4, 1, c->fence, (int64_t)(c->ends_at - c->t0),
+	                quorum_hold(hold, nh, c->quorum)));
+}
+
+static void on_leg(const redisReply *r, void *priv);
+
+/* Won: F goes to every master that granted, before anyone hears of it. */
+static void write_fence(rl_call_t *c, int64_t validity)
+{
+	char fence[24];
+	const char *argv[5];
+	size_t len[5];
+
+	c->phase = PH_FENCE;
+	c->fence = redlock_vote_fence(&c->vote, 0, server.fence_high);
+	c->ends_at = timers_now() + (uint64_t)validity;
+	snprintf(fence, sizeof(fence), "%lld", (long long)c->fence);
+	for (int k = 0; k < 3; k++) {
+		argv[k] = c->argv[k];
+		len[k] = c->argvlen[k];
+	}
+	argv[3] = c->argv[c->nkeys + 6]; /* the token */
+	len[3] = c->argvlen[c->nkeys + 6];
+	argv[4] = fence;
+	len[4] = strlen(fence);
+	for (int i = 0; i < c->n; i++) {
+		if (c->vote.answer[i] != RL_GRANTED)
+			continue;
+		c->fleg[i] = (rl_leg_t){c, i, true};
+		if (rpool_eval(R.pool[i], rpool_route(c->route, c->route_len), SCRIPT_FENCE, 3, 5, argv,
+		               len, on_leg, &c->fleg[i], c->ends_at, RP_NO_WAIT, -1) == 0) {
+			c->legs++;
+			c->fence_pending++;
+		}
+	}
+	arm(c, c->ends_at);
+}
+
+static void acquire_step(rl_call_t *c, bool timed_out)
+{
+	uint64_t now = timers_now();
+	int64_t validity = 0;
+
+	if (c->phase == PH_VOTE) {
+		redlock_outcome_t o = redlock_vote_outcome(&c->vote, now, &validity);
+		if (o == RL_WON)
+			write_fence(c, validity);
+		else if (o == RL_LOST || timed_out)
+			lose(c);
+		if (c->phase != PH_FENCE)
+			return;
+	}
+	if (c->phase == PH_FENCE) {
+		if (now >= c->ends_at || timed_out || c->fence_ok + c->fence_pending < c->quorum)
+			lose(c);
+		else if (c->fence_ok >= c->quorum)
+			win(c);
+	}
+}
+
+/* Master i answered the round's acquire. */
+static void vote(rl_call_t *c, int i)
+{
+	if (c->st[i] != LEG_OK || c->nv[i] < 2) {
+		redlock_vote_set(&c->vote, i, RL_FAILED, 0, -1);
+	} else if (c->v[i][0] == 1 && c->nv[i] >= 4) {
+		c->hold[i] = c->v[i][3];
+		redlock_vote_set(&c->vote, i, RL_GRANTED, c->v[i][2], c->v[i][1]);
+	} else if (c->v[i][0] <= 0) {
+		redlock_vote_set(&c->vote, i, RL_REFUSED, 0, -1);
+	} else {
+		redlock_vote_set(&c->vote, i, RL_FAILED, 0, -1);
+	}
+}
+
+/* ---- the life of a call --------------------------------------------------- */
+
+static void call_free(rl_call_t *c)
+{
+	if (c->timer_on)
+		timer_cancel(&c->timer);
+	for (int i = 0; i < c->n; i++)
+		reply_free(c->copy[i]);
+	for (int k = 0; k < c->argc; k++)
+		free(c->argv[k]);
+	free(c->argv);
+	free(c->argvlen);
+	free(c->route);
+	free(c);
+}
+
+static void step(rl_call_t *c, const redisReply *r, bool timed_out)
+{
+	if (c->answered && c->phase != PH_FENCE)
+		return;
+	switch (c->script) {
+	case SCRIPT_ACQUIRE:
+		acquire_step(c, timed_out);
+		break;
+	case SCRIPT_EXTEND:
+	case SCRIPT_VERIFY:
+	case SCRIPT_REENTER:
+		merge_life(c);
+		if (timed_out)
+			deliver(c, NULL);
+		break;
+	case SCRIPT_RELEASE:
+	case SCRIPT_WITHDRAW:
+		merge_count(c, timed_out);
+		break;
+	case SCRIPT_INSPECT:
+		merge_inspect(c, timed_out);
+		break;
+	case SCRIPT_LEASE_INDEX:
+		merge_index(c, r, timed_out);
+		break;
+	default:
+		if (!store_reply_failed(r))
+			deliver(c, r);
+		else if (count_state(c, LEG_PENDING) == 0 || timed_out)
+			deliver(c, NULL);
+		break;
+	}
+}
+
+static void on_timer(timer_ent_t *t)
+{
+	rl_call_t *c = (rl_call_t *)((char *)t - offsetof(rl_call_t, timer));
+
+	c->timer_on = false;
+	step(c, NULL, true);
+	if (c->legs == 0)
+		call_free(c);
+}
+
+static void on_leg(const redisReply *r, void *priv)
+{
+	rl_leg_t *leg = priv;
+	rl_call_t *c = leg->c;
+	int i = leg->i;
+
+	c->legs--;
+	if (rpool_replayed())
+		c->replayed = true;
+	if (leg->fence) {
+		c->fence_pending--;
+		if (!store_reply_failed(r) && r->type == REDIS_REPLY_INTEGER && r->integer == 1)
+			c->fence_ok++;
+	} else {
+		record(c, i, r);
+		if (c->script == SCRIPT_INSPECT && c->st[i] == LEG_OK)
+			c->copy[i] = reply_dup(r);
+		if (c->script == SCRIPT_ACQUIRE) {
+			vote(c, i);
+			/* A grant after the round was given up: given back again
+			 * (this master may have run the acquire after the undo). */
+			if (c->phase == PH_LOST && c->vote.answer[i] == RL_GRANTED)
+				undo(c);
+		}
+	}
+	step(c, r, false);
+	if (c->legs == 0) {
+		if (!c->answered)
+			step(c, NULL, true);
+		call_free(c);
+	}
+}
+
+static char *dup_bytes(const char *s, size_t n)
+{
+	char *d = xmalloc(n + 1);
+
+	memcpy(d, s, n);
+	d[n] = '\0';
+	return d;
+}
+
+/* The call on every master; fn (may be NULL) gets the merged reply. */
+static int rl_send(const char *route, size_t route_len, script_id_t script, int nkeys, int argc,
+                   const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
+                   uint64_t retry_until, int floor_arg)
+{
+	rl_call_t *c = xcalloc(1, sizeof(*c));
+	uint64_t now = timers_now();
+	uint32_t rt = rpool_route(route, route_len);
+	int accepted = 0;
+
+	c->script = script;
+	c->fn = fn;
+	c->priv = priv;
+	c->n = R.n;
+	c->quorum = R.quorum;
+	c->t0 = now;
+	c->phase = script == SCRIPT_ACQUIRE ? PH_VOTE : PH_DONE;
+	timer_init(&c->timer, on_timer);
+	if (retry_until > now + RL_LEG_RETRY_MS)
+		retry_until = now + RL_LEG_RETRY_MS;
+	if (script == SCRIPT_LEASE_INDEX && argc >= 2)
+		c->index_get = argvlen[1] == 3 && memcmp(argv[1], "get", 3) == 0;
+	if (script == SCRIPT_ACQUIRE) {
+		int64_t ttl;
+		if (argc < nkeys + 10 || argc > RL_ARGS_MAX) {
+			free(c);
+			return -1;
+		}
+		ttl = strtoll(argv[nkeys + 9], NULL, 10);
+		c->argc = argc;
+		c->nkeys = nkeys;
+		c->argv = xcalloc((size_t)argc, sizeof(*c->argv));
+		c->argvlen = xcalloc((size_t)argc, sizeof(*c->argvlen));
+		for (int k = 0; k < argc; k++) {
+			c->argv[k] = dup_bytes(argv[k], argvlen[k]);
+			c->argvlen[k] = argvlen[k];
+		}
+		c->route = dup_bytes(route, route_len);
+		c->route_len = route_len;
+		redlock_vote_begin(&c->vote, c->n, ttl > 0 ? ttl : 1, now);
+	}
+	for (int i = 0; i < c->n; i++) {
+		c->leg[i] = (rl_leg_t){c, i, false};
+		c->st[i] = LEG_PENDING;
+		if (rpool_eval(R.pool[i], rt, script, nkeys, argc, argv, argvlen, on_leg, &c->leg[i],
+		               retry_until, RP_NO_WAIT, floor_arg) == 0) {
+			accepted++;
+			c->legs++;
+		} else {
+			c->st[i] = LEG_FAILED;
+			if (script == SCRIPT_ACQUIRE)
+				redlock_vote_set(&c->vote, i, RL_FAILED, 0, -1);
+		}
+	}
+	if (accepted < c->quorum && script != SCRIPT_RELEASE && script != SCRIPT_WITHDRAW &&
+	    !(script == SCRIPT_LEASE_INDEX && c->index_get)) {
+		/* Cannot be had: refused now, fn will not run. What went out
+		 * still runs; an acquire's grants are given back. */
+		c->answered = true;
+		if (script == SCRIPT_ACQUIRE && accepted > 0) {
+			c->phase = PH_LOST;
+			undo(c);
+		}
+		if (c->legs == 0) {
+			call_free(c);
+		}
+		return -1;
+	}
+	if (accepted == 0) {
+		call_free(c);
+		return -1;
+	}
+	if (script == SCRIPT_ACQUIRE)
+		arm(c, now + (uint64_t)(c->vote.want_ttl_ms - redlock_drift_ms(c->vote.want_ttl_ms)));
+	return 0;
+}
+
+/* ---- the backend ------------------------------------------------------------ */
+
+static void on_wake_message(const char *msg, size_t len, void *priv)
+{
+	(void)priv;
+	R.E.on_wake(msg, len);
+}
+
+static void on_wake_subscribed(void *priv)
+{
+	(void)priv;
+	R.E.on_rewatch();
+}
+
+static int masters_up(void)
+{
+	int up = 0;
+
+	for (int i = 0; i < R.n; i++)
+		up += R.pool[i] && rpool_up(R.pool[i]);
+	return up;
+}
+
+/* A master came up: when that makes a quorum, the store is up. */
+static void on_pool_up(void)
+{
+	if (masters_up() == R.quorum)
+		R.E.on_up();
+}
+
+static void on_pool_loss(const char *why)
+{
+	R.E.on_data_loss(why);
+}
+
+static void redlock_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *events)
+{
+	char channel[128], name[64], key[160];
+	rpool_inbox_t inbox;
+	rpool_callbacks_t cb;
+
+	memset(&R, 0, sizeof(R));
+	R.E = *events;
+	R.n = cfg->nredlock;
+	R.quorum = redlock_quorum(R.n);
+	/* The channel lua/acquire.lua's 'v' mark makes a release publish on. */
+	snprintf(channel, sizeof(channel), "%sredlock:wake", cfg->prefix);
+	snprintf(name, sizeof(name), "lockbroker-%s", server.id);
+	inbox = (rpool_inbox_t){channel, on_wake_message, on_wake_subscribed, NULL};
+	cb = (rpool_callbacks_t){
+		.on_up = on_pool_up,
+		.on_data_loss = on_pool_loss,
+	};
+	for (int i = 0; i < R.n; i++) {
+		int n;
+		R.addr[i] = &cfg->redlock[i];
+		R.pool[i] = rpool_new(loop, &cfg->redlock[i], cfg->pool, name, &cb, &inbox);
+		n = snprintf(key, sizeof(key), "%sbroker:{%s}:canary", cfg->prefix, server.id);
+		R.canary[i] = canary_start_on(i, key, (size_t)n, on_pool_loss);
+	}
+	LOG(LOG_INFO, "msg=\"redlock: %d masters, a quorum of %d\"", R.n, R.quorum);
+}
+
+static void redlock_close(void)
+{
+	for (int i = 0; i < R.n; i++) {
+		canary_stop(R.canary[i]);
+		R.canary[i] = NULL;
+		rpool_close(R.pool[i]);
+	}
+}
+
+static void redlock_free(void)
+{
+	for (int i = 0; i < R.n; i++) {
+		rpool_free(R.pool[i]);
+		R.pool[i] = NULL;
+	}
+}
+
+static void redlock_loss_checked(void)
+{
+	/* No master is closed for a check: nothing to open. */
+}
+
+static bool redlock_up(void)
+{
+	return masters_up() >= R.quorum;
+}
+
+static size_t redlock_pending(void)
+{
+	size_t n = 0;
+
+	for (int i = 0; i < R.n; i++)
+		n += R.pool[i] ? rpool_pending(R.pool[i]) : 0;
+	return n;
+}
+
+static bool redlock_replayed(void)
+{
+	return R.delivering ? R.delivering_replayed : rpool_replayed();
+}
+
+static int redlock_eval(const char *route, size_t route_len, script_id_t script, int nkeys,
+                        int argc, const char *const *argv, const size_t *argvlen, store_fn fn,
+                        void *priv, uint64_t retry_until, int wait, int floor_arg)
+{
+	(void)wait; /* --redis-wait-replicas is refused with --redlock */
+	return rl_send(route, route_len, script, nkeys, argc, argv, argvlen, fn, priv, retry_until,
+	               floor_arg);
+}
+
+static int redlock_eval_master(int master, const char *route, size_t route_len,
+                               script_id_t script, int nkeys, int argc, const char *const *argv,
+                               const size_t *argvlen, store_fn fn, void *priv)
+{
+	if (master < 0 || master >= R.n)
+		return -1;
+	return rpool_eval(R.pool[master], rpool_route(route, route_len), script, nkeys, argc, argv,
+	                  argvlen, fn, priv, 0, RP_NO_WAIT, -1);
+}
+
+static size_t redlock_masters(store_master_t *out, size_t max)
+{
+	for (int i = 0; i < R.n && (size_t)i < max; i++) {
+		const redis_addr_t *a = R.addr[i];
+		store_master_t *m = &out[i];
+
+		memset(m, 0, sizeof(*m));
+		if (a->kind == URL_UNIX)
+			snprintf(m->addr, sizeof(m->addr), "%s", a->path);
+		else
+			snprintf(m->addr, sizeof(m->addr), "%s:%d", a->host, a->port);
+		m->up = R.pool[i] && rpool_up(R.pool[i]);
+		m->pending = R.pool[i] ? rpool_pending(R.pool[i]) : 0;
+	}
+	return (size_t)R.n;
+}
+
+const store_backend_t store_redlock_backend = {
+	.start = redlock_start,
+	.close = redlock_close,
+	.free = redlock_free,
+	.loss_checked = redlock_loss_checked,
+	.up = redlock_up,
+	.pending = redlock_pending,
+	.replayed = redlock_replayed,
+	.eval = redlock_eval,
+	.eval_master = redlock_eval_master,
+	.masters = redlock_masters,
+};

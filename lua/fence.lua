@@ -1,0 +1,25 @@
+-- fence.lua: Redlock (--redlock): the fence of a won round, written on the
+-- masters that granted it before its holder hears of it, so that the next
+-- round's majority, which shares a master with this one, sees it.
+-- KEYS: holders, info, header. ARGV: id, fence
+-- Returns 1 when id holds the lock here (its fence and the header's 'f'
+-- are now at least fence), else 0 and nothing is written (a header
+-- written without its holder would outlive every lifetime set).
+local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'f')
+local now_ms = clock()
+local fence = tonumber(ARGV[2])
+if not fence then return redis.error_reply('fence: not a number') end
+if hv[1] then
+  if hv[1] ~= ARGV[1] or tonumber(hv[2]) <= now_ms then return 0 end
+else
+  local info, expiry = holder_get(KEYS[1], KEYS[2], ARGV[1])
+  if not info or expiry <= now_ms then return 0 end
+  if (info[7] or 0) < fence then
+    info[7] = fence
+    info_set(KEYS[2], ARGV[1], info)
+  end
+end
+if tonumber(hv[3] or '0') < fence then
+  redis.call('HSET', KEYS[3], 'f', string.format('%.0f', fence))
+end
+return 1
