@@ -341,6 +341,18 @@ json_t *resp_inspect(const json_t *id, const resp_inspect_t *in)
 	put(o, "holders", holders);
 	put(o, "waiters", num(in->waiters));
 	put(o, "fence", in->has_fence ? num(in->fence) : json_null());
+	if (in->nmasters > 0) {
+		json_t *a = must(json_array());
+		for (size_t k = 0; k < in->nmasters; k++) {
+			json_t *e = must(json_object());
+			put(e, "addr", str(in->masters[k].addr));
+			put(e, "holds", in->masters[k].holds < 0 ? json_null()
+			                                         : json_boolean(in->masters[k].holds > 0));
+			if (json_array_append_new(a, e) != 0)
+				oom();
+		}
+		put(o, "masters", a);
+	}
 	return o;
 }
 

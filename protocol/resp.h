@@ -88,6 +88,13 @@ typedef enum resp_lock_state {
 	RESP_STATE_SEMAPHORE,
 } resp_lock_state_t;
 
+/* One Redlock master in inspect: {"addr", "holds"}: holds is true (it shows
+ * a holder), false (none) or null (no answer). */
+typedef struct resp_master_state {
+	const char *addr;
+	int holds; /* 1, 0, -1 */
+} resp_master_state_t;
+
 typedef struct resp_inspect {
 	lb_str_t lock;
 	resp_lock_state_t state;
@@ -97,6 +104,9 @@ typedef struct resp_inspect {
 	int64_t waiters;
 	bool has_fence;
 	int64_t fence; /* used when has_fence */
+	/* Redlock: what each master showed, "masters" (left out when none). */
+	const struct resp_master_state *masters;
+	size_t nmasters;
 } resp_inspect_t;
 json_t *resp_inspect(const json_t *id, const resp_inspect_t *in);
 

@@ -380,7 +380,20 @@ static void on_inspected(const redisReply *r, void *priv)
 	in.holders = holders;
 	in.nholders = n;
 	in.waiters = waiters;
-	client_answer(c->s, c->id, resp_inspect(c->id, &in));
+	{
+		store_master_t m[STORE_MASTERS_SHOWN];
+		int holds[STORE_MASTERS_SHOWN];
+		resp_master_state_t ms[STORE_MASTERS_SHOWN];
+		size_t nm = store_inspect_masters(holds, STORE_MASTERS_SHOWN);
+
+		if (nm > 0 && store_masters(m, STORE_MASTERS_SHOWN) >= nm) {
+			for (size_t k = 0; k < nm && k < STORE_MASTERS_SHOWN; k++)
+				ms[k] = (resp_master_state_t){m[k].addr, holds[k]};
+			in.masters = ms;
+			in.nmasters = nm < STORE_MASTERS_SHOWN ? nm : STORE_MASTERS_SHOWN;
+		}
+		client_answer(c->s, c->id, resp_inspect(c->id, &in));
+	}
 	free(holders);
 	opctx_done(c);
 	return;

@@ -35,6 +35,9 @@ extern const store_backend_t store_single_backend;
 extern const store_backend_t store_cluster_backend;
 extern const store_backend_t store_redlock_backend;
 
+/* redlock.c's store_inspect_masters. */
+size_t redlock_inspected(int *holds, size_t max);
+
 /* store_eval_key on master i of a backend that has eval_master (Redlock):
  * the key is routed there and nowhere else. -1 elsewhere. */
 int store_eval_key_on(int master, const char *key, size_t key_len, script_id_t script, int argc,

@@ -119,6 +119,8 @@ static struct {
 	canary_t *canary[REDLOCK_MASTERS_MAX];
 	const redis_addr_t *addr[REDLOCK_MASTERS_MAX];
 	bool delivering;     /* a merged reply is being delivered */
+	bool inspecting;     /* an inspect's, with inspected[] */
+	int inspected[REDLOCK_MASTERS_MAX]; /* 1 holder, 0 none, -1 no answer */
 	bool delivering_replayed;
 } R;
 
@@ -127,6 +129,16 @@ static int rl_send(const char *route, size_t route_len, script_id_t script, int 
                    uint64_t retry_until, int floor_arg);
 
 /* ---- replies ------------------------------------------------------------ */
+
+static char *dup_bytes(const char *s, size_t n)
+{
+	char *d = xmalloc(n + 1);
+
+	memcpy(d, s, n);
+	d[n] = '\0';
+	return d;
+}
+
 
 static void deliver(rl_call_t *c, const redisReply *r)
 {
@@ -341,12 +353,21 @@ static void merge_count(rl_call_t *c, bool timed_out)
 
 /* ---- inspect: the holder a quorum shows ---------------------------------- */
 
-/* inspect.lua: {limit, fence or false, waiters, then 5 per holder}. */
+/* inspect.lua: {limit, fence (a string) or false, waiters, then 5 per
+ * holder}. What each master showed is kept for store_inspect_masters. */
+static int64_t inspect_fence(const redisReply *r)
+{
+	const redisReply *f = r->element[1];
+
+	return f->type == REDIS_REPLY_STRING ? strtoll(f->str, NULL, 10) : -1;
+}
+
 static void merge_inspect(rl_call_t *c, bool timed_out)
 {
 	int answered = count_state(c, LEG_OK), pending = count_state(c, LEG_PENDING);
 	int holding = 0, pick = -1, any = -1;
 	int64_t fence = -1;
+	char fs[24];
 
 	if (pending > 0 && !timed_out) {
 		if (answered >= c->quorum && !c->timer_on)
@@ -355,13 +376,15 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 	}
 	for (int i = 0; i < c->n; i++) {
 		const redisReply *r = c->copy[i];
-		if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 3)
+		R.inspected[i] = -1;
+		if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+		    (r->elements - 3) % 5 != 0)
 			continue;
-		if (r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer > fence)
-			fence = r->element[1]->integer;
-		if (any < 0)
-			any = i;
-		if (r->elements >= 8) {
+		if (inspect_fence(r) > fence)
+			fence = inspect_fence(r);
+		any = any < 0 ? i : any;
+		R.inspected[i] = r->elements >= 8;
+		if (r->elements >= 8 && r->element[4]->type == REDIS_REPLY_INTEGER) {
 			holding++;
 			if (pick < 0 || r->element[4]->integer < c->copy[pick]->element[4]->integer)
 				pick = i;
@@ -371,20 +394,29 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 		deliver(c, NULL);
 		return;
 	}
+	snprintf(fs, sizeof(fs), "%lld", (long long)fence);
+	R.inspecting = true;
 	if (holding < c->quorum) {
+		/* Held nowhere, or on too few masters to count. */
 		int_reply_t b;
-		redisReply nofence = {.type = REDIS_REPLY_NIL};
-		const redisReply *out = ints(&b, 3, 0, fence, 0, 0);
-		if (fence < 0)
-			b.ptr[1] = &nofence;
+		redisReply f = {.type = REDIS_REPLY_NIL};
+		const redisReply *out = ints(&b, 3, 0, 0, 0, 0);
+
+		if (fence >= 0)
+			f = (redisReply){.type = REDIS_REPLY_STRING, .str = fs, .len = strlen(fs)};
+		b.ptr[1] = &f;
 		deliver(c, out);
-		return;
+	} else {
+		/* The shortest life a quorum's member shows, the highest fence
+		 * any master has. */
+		redisReply *f = c->copy[pick]->element[1];
+		free(f->str);
+		f->type = REDIS_REPLY_STRING;
+		f->len = strlen(fs);
+		f->str = dup_bytes(fs, f->len);
+		deliver(c, c->copy[pick]);
 	}
-	/* The shortest life a quorum shows would be safer still; the one
-	 * shown is the shortest of all, the highest fence any master has. */
-	if (fence >= 0 && c->copy[pick]->element[1]->type == REDIS_REPLY_INTEGER)
-		c->copy[pick]->element[1]->integer = fence;
-	deliver(c, c->copy[pick]);
+	R.inspecting = false;
 }
 
 /* ---- lease_index and the rest -------------------------------------------- */
@@ -639,15 +671,6 @@ static void on_leg(const redisReply *r, void *priv)
 	}
 }
 
-static char *dup_bytes(const char *s, size_t n)
-{
-	char *d = xmalloc(n + 1);
-
-	memcpy(d, s, n);
-	d[n] = '\0';
-	return d;
-}
-
 /* The call on every master; fn (may be NULL) gets the merged reply. */
 static int rl_send(const char *route, size_t route_len, script_id_t script, int nkeys, int argc,
                    const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
@@ -836,6 +859,15 @@ static int redlock_eval(const char *route, size_t route_len, script_id_t script,
 	(void)wait; /* --redis-wait-replicas is refused with --redlock */
 	return rl_send(route, route_len, script, nkeys, argc, argv, argvlen, fn, priv, retry_until,
 	               floor_arg);
+}
+
+size_t redlock_inspected(int *holds, size_t max)
+{
+	if (!R.inspecting)
+		return 0;
+	for (int i = 0; i < R.n && (size_t)i < max; i++)
+		holds[i] = R.inspected[i];
+	return (size_t)R.n;
 }
 
 static int redlock_eval_master(int master, const char *route, size_t route_len,

@@ -57,6 +57,11 @@ bool store_replayed(void)
 	return B->replayed();
 }
 
+size_t store_inspect_masters(int *holds, size_t max)
+{
+	return B == &store_redlock_backend ? redlock_inspected(holds, max) : 0;
+}
+
 const char *store_mode(void)
 {
 	return mode;

@@ -98,6 +98,10 @@ size_t store_pending(void);
  * because a reply was lost: an earlier copy may have run. */
 bool store_replayed(void);
 
+/* Redlock, while an inspect's callback runs: what each master showed, in
+ * store_masters' order: 1 a holder, 0 none, -1 no answer; returns how
+ * many masters (at most max filled). 0 in other modes and at other times. */
+size_t store_inspect_masters(int *holds, size_t max);
 /* "single", "sentinel", "cluster" or "redlock": how locks are kept. */
 const char *store_mode(void);
 /* True with --redlock (redlock.c): waiters do not queue in Redis; each

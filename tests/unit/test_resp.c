@@ -283,7 +283,7 @@ Test(resp, inspect_with_holders)
 		{LB_MODE_SHARED, 1500, 2, owner, S("worker/1")},
 		{LB_MODE_SHARED, 800, 1, {NULL, 0}, {NULL, 0}},
 	};
-	resp_inspect_t in = {S("db"), RESP_STATE_SHARED, 0, h, 2, 3, true, 42};
+	resp_inspect_t in = {S("db"), RESP_STATE_SHARED, 0, h, 2, 3, true, 42, NULL, 0};
 	json_t *v = roundtrip(resp_inspect(NULL, &in), NULL), *hs, *h0, *h1;
 
 	keys_are(v, "id", "ok", "lock", "state", "limit", "holders", "waiters",
@@ -314,9 +314,9 @@ Test(resp, inspect_with_holders)
 Test(resp, inspect_semaphore_and_free)
 {
 	resp_holder_t h = {LB_MODE_PERMIT, 100, 1, {"", 0}, {"", 0}};
-	resp_inspect_t sem = {S("pool"), RESP_STATE_SEMAPHORE, 5, &h, 1, 0, false, 7};
-	resp_inspect_t fr = {S("x"), RESP_STATE_FREE, 0, NULL, 0, 0, false, 0};
-	resp_inspect_t ex = {S("x"), RESP_STATE_EXCLUSIVE, 0, NULL, 0, 0, true, 0};
+	resp_inspect_t sem = {S("pool"), RESP_STATE_SEMAPHORE, 5, &h, 1, 0, false, 7, NULL, 0};
+	resp_inspect_t fr = {S("x"), RESP_STATE_FREE, 0, NULL, 0, 0, false, 0, NULL, 0};
+	resp_inspect_t ex = {S("x"), RESP_STATE_EXCLUSIVE, 0, NULL, 0, 0, true, 0, NULL, 0};
 	json_t *v;
 
 	v = roundtrip(resp_inspect(NULL, &sem), NULL);
@@ -459,7 +459,7 @@ Test(resp, nul_in_owner_is_escaped_on_the_wire)
 {
 	char raw[1024];
 	resp_holder_t h = {LB_MODE_EXCLUSIVE, 1, 1, {"a\0b", 3}, {"\0", 1}};
-	resp_inspect_t in = {S("x"), RESP_STATE_EXCLUSIVE, 0, &h, 1, 0, false, 0};
+	resp_inspect_t in = {S("x"), RESP_STATE_EXCLUSIVE, 0, &h, 1, 0, false, 0, NULL, 0};
 	json_t *v = roundtrip(resp_inspect(NULL, &in), raw);
 
 	cr_assert_not_null(strstr(raw, "\"owner\":\"a\\u0000b\""), "%s", raw);
@@ -586,4 +586,24 @@ Test(resp, direct_lines_leave_the_rest_to_the_builder)
 	a.lease = NULL;
 	cr_assert_eq(resp_line_acquired(buf, NULL, &a), 0u, "a NULL lease is null: the builder");
 	json_decref(obj);
+}
+
+Test(resp, inspect_redlock_masters)
+{
+	resp_master_state_t ms[3] = {{"127.0.0.1:1", 1}, {"127.0.0.1:2", 0}, {"/tmp/r.sock", -1}};
+	resp_inspect_t in = {S("x"), RESP_STATE_FREE, 0, NULL, 0, 0, false, 0, ms, 3};
+	json_t *v = roundtrip(resp_inspect(NULL, &in), NULL);
+	json_t *a = json_object_get(v, "masters");
+
+	cr_assert(json_is_array(a));
+	cr_assert_eq(json_array_size(a), 3);
+	cr_assert_str_eq(json_string_value(json_object_get(json_array_get(a, 0), "addr")), "127.0.0.1:1");
+	cr_assert(json_is_true(json_object_get(json_array_get(a, 0), "holds")));
+	cr_assert(json_is_false(json_object_get(json_array_get(a, 1), "holds")));
+	cr_assert(json_is_null(json_object_get(json_array_get(a, 2), "holds")));
+	json_decref(v);
+	in.nmasters = 0;
+	v = roundtrip(resp_inspect(NULL, &in), NULL);
+	cr_assert_null(json_object_get(v, "masters"));
+	json_decref(v);
 }
