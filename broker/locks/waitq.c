@@ -229,6 +229,13 @@ void wq_waiter_free(waiter_t *w)
 
 /* w is answered, but a script that carries it is still on its way: it
  * waits for that reply only, out of every index a new request looks in. */
+void wq_waiter_new_token(waiter_t *w)
+{
+	htab_remove(&waitq.by_id, &w->by_id);
+	random_hex(w->id, LEASE_TOKEN_LEN / 2);
+	htab_insert(&waitq.by_id, &w->by_id, htab_hash(HTAB_HASH_INIT, w->id, LEASE_TOKEN_LEN));
+}
+
 void wq_set_done(waiter_t *w)
 {
 	w->state = W_DONE;

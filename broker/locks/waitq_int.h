@@ -110,6 +110,7 @@ struct waiter {
 	uint64_t pointer_at; /* when that pointer was sent */
 	bool prestep;        /* its first pointer is on its way (session presteps) */
 	bool granted;        /* answered with a grant (it holds the lock) */
+	bool rl_token_new;   /* Redlock: its token is new, no round sent with it yet */
 	timer_ent_t deadline;
 	uint64_t sent_at;
 	uint64_t created_at; /* for the acquire wait-time metric */
@@ -170,6 +171,8 @@ wlock_t *wq_wlock_find(const char *name, size_t len);
 void wq_wlock_arm(wlock_t *wl, uint64_t at);
 void wq_held_unlink(waiter_t *w);
 void wq_waiter_free(waiter_t *w);
+/* Redlock: w takes a new token for its next round (see wq_waiter_send_now). */
+void wq_waiter_new_token(waiter_t *w);
 /* w is answered, but a script that carries it is still on its way: it
  * waits for that reply only, out of every index a new request looks in. */
 void wq_set_done(waiter_t *w);

@@ -488,6 +488,17 @@ void wq_waiter_send_now(waiter_t *w)
 	lockscript_t ls;
 	int rc;
 
+	/* Redlock: every round has its own token. What a lost round left on a
+	 * master is given back by token (redlock.c: a grant that comes after
+	 * the round was lost is undone again), and that must never take back
+	 * the grant of a later round that won. A detached waiter stores the
+	 * new token's pointer first. */
+	if (store_redlock() && w->was_sent && !w->rl_token_new) {
+		wq_waiter_new_token(w);
+		w->rl_token_new = true;
+		w->pointer_set = false;
+	}
+
 	w->sent_at = timers_now();
 	w->state = W_SENDING;
 	w->unsent = false;
@@ -521,6 +532,12 @@ void wq_waiter_send_now(waiter_t *w)
 		if (rc == 0) {
 			w->wl->acq_inflight++;
 			w->was_sent = true;
+		}
+		if (store_redlock()) {
+			/* Refused as a whole, it may still have gone to some
+			 * masters (undone there): the token is spent either way. */
+			w->was_sent = true;
+			w->rl_token_new = false;
 		}
 	}
 	if (rc == 0)

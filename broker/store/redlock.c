@@ -374,6 +374,8 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 			arm(c, timers_now() + RL_STRAGGLER_MS);
 		return;
 	}
+	int64_t held_fence[REDLOCK_MASTERS_MAX];
+
 	for (int i = 0; i < c->n; i++) {
 		const redisReply *r = c->copy[i];
 		R.inspected[i] = -1;
@@ -385,6 +387,7 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 		any = any < 0 ? i : any;
 		R.inspected[i] = r->elements >= 8;
 		if (r->elements >= 8 && r->element[4]->type == REDIS_REPLY_INTEGER) {
+			held_fence[holding] = inspect_fence(r);
 			holding++;
 			if (pick < 0 || r->element[4]->integer < c->copy[pick]->element[4]->integer)
 				pick = i;
@@ -407,9 +410,20 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 		b.ptr[1] = &f;
 		deliver(c, out);
 	} else {
-		/* The shortest life a quorum's member shows, the highest fence
-		 * any master has. */
+		/* The shortest life a quorum's member shows, and the fence a
+		 * quorum of them has: the holder's (lua/fence.lua wrote it
+		 * before the grant was answered), else the highest. */
 		redisReply *f = c->copy[pick]->element[1];
+
+		for (int k = 0; k < holding; k++) {
+			int same = 0;
+			for (int j = 0; j < holding; j++)
+				same += held_fence[j] == held_fence[k];
+			if (same >= c->quorum) {
+				snprintf(fs, sizeof(fs), "%lld", (long long)held_fence[k]);
+				break;
+			}
+		}
 		free(f->str);
 		f->type = REDIS_REPLY_STRING;
 		f->len = strlen(fs);
@@ -509,16 +523,13 @@ static void win(rl_call_t *c)
 
 static void on_leg(const redisReply *r, void *priv);
 
-/* Won: F goes to every master that granted, before anyone hears of it. */
-static void write_fence(rl_call_t *c, int64_t validity)
+/* The round's fence F to master i, which granted it. */
+static void send_fence(rl_call_t *c, int i)
 {
 	char fence[24];
 	const char *argv[5];
 	size_t len[5];
 
-	c->phase = PH_FENCE;
-	c->fence = redlock_vote_fence(&c->vote, 0, server.fence_high);
-	c->ends_at = timers_now() + (uint64_t)validity;
 	snprintf(fence, sizeof(fence), "%lld", (long long)c->fence);
 	for (int k = 0; k < 3; k++) {
 		argv[k] = c->argv[k];
@@ -528,16 +539,24 @@ static void write_fence(rl_call_t *c, int64_t validity)
 	len[3] = c->argvlen[c->nkeys + 6];
 	argv[4] = fence;
 	len[4] = strlen(fence);
-	for (int i = 0; i < c->n; i++) {
-		if (c->vote.answer[i] != RL_GRANTED)
-			continue;
-		c->fleg[i] = (rl_leg_t){c, i, true};
-		if (rpool_eval(R.pool[i], rpool_route(c->route, c->route_len), SCRIPT_FENCE, 3, 5, argv,
-		               len, on_leg, &c->fleg[i], c->ends_at, RP_NO_WAIT, -1) == 0) {
-			c->legs++;
-			c->fence_pending++;
-		}
+	c->fleg[i] = (rl_leg_t){c, i, true};
+	if (rpool_eval(R.pool[i], rpool_route(c->route, c->route_len), SCRIPT_FENCE, 3, 5, argv, len,
+	               on_leg, &c->fleg[i], c->ends_at, RP_NO_WAIT, -1) == 0) {
+		c->legs++;
+		c->fence_pending++;
 	}
+}
+
+/* Won: F goes to every master that granted, before anyone hears of it
+ * (and to one that grants later: on_leg). */
+static void write_fence(rl_call_t *c, int64_t validity)
+{
+	c->phase = PH_FENCE;
+	c->fence = redlock_vote_fence(&c->vote, 0, server.fence_high);
+	c->ends_at = timers_now() + (uint64_t)validity;
+	for (int i = 0; i < c->n; i++)
+		if (c->vote.answer[i] == RL_GRANTED)
+			send_fence(c, i);
 	arm(c, c->ends_at);
 }
 
@@ -661,6 +680,10 @@ static void on_leg(const redisReply *r, void *priv)
 			 * (this master may have run the acquire after the undo). */
 			if (c->phase == PH_LOST && c->vote.answer[i] == RL_GRANTED)
 				undo(c);
+			/* One after the round was won holds the holder's F too. */
+			else if ((c->phase == PH_FENCE || c->phase == PH_WON) &&
+			         c->vote.answer[i] == RL_GRANTED)
+				send_fence(c, i);
 		}
 	}
 	step(c, r, false);
