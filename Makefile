@@ -33,11 +33,12 @@ UNIT_SRCS := $(wildcard tests/unit/*.c)
 INTEG_SRCS := $(wildcard tests/integration/*.c)
 HA_SRCS    := $(wildcard tests/ha/*.c)
 CLUSTER_SRCS := $(wildcard tests/cluster/*.c)
+REDLOCK_SRCS := $(wildcard tests/redlock/*.c)
 
 REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.o
 SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o
 
-.PHONY: all deps run test unit integration ha cluster clean install bench bench-ha bench-cluster bench-tools fuzz fuzz-protocol deps-check
+.PHONY: all deps run test unit integration ha cluster redlock clean install bench bench-ha bench-cluster bench-redlock bench-tools fuzz fuzz-protocol deps-check
 # lockctl, the command-line client, is built once its sources exist.
 LOCKCTL_BIN := $(if $(LOCKCTL_SRCS),build/lockctl)
 LOCKCTL_SAN := $(if $(LOCKCTL_SRCS),build/san/lockctl)
@@ -107,6 +108,15 @@ build/san/cluster_tests: $(patsubst %.c,build/san/%.o,$(CLUSTER_SRCS)) \
                          build/san/tests/common/rnode.o build/san/tests/common/rproc.o build/san/tests/common/kept.o \
                          build/san/liblb.a | build/san/lockbrokerd
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
+# Redlock tests (issue 18; tests/redlock/rl.h): each test starts its own
+# independent masters and brokers with the integration harness. Its tests
+# stop and restart masters and measure wake-up times, so they run one at
+# a time (--jobs 1).
+build/san/redlock_tests: $(patsubst %.c,build/san/%.o,$(REDLOCK_SRCS)) \
+                         build/san/tests/integration/harness.o build/san/tests/integration/mclient.o \
+                         build/san/tests/integration/workload.o \
+                         build/san/liblb.a | build/san/lockbrokerd
+	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
 
 # ---- the two commands -----------------------------------------------------
 run: deps
@@ -126,11 +136,12 @@ deps-check:
 	@sh tests/deps_check.sh
 
 test: deps deps-check
-	@$(MAKE) --no-print-directory build/san/lockbrokerd $(LOCKCTL_SAN) build/san/unit_tests build/san/integration_tests build/san/ha_tests build/san/cluster_tests
+	@$(MAKE) --no-print-directory build/san/lockbrokerd $(LOCKCTL_SAN) build/san/unit_tests build/san/integration_tests build/san/ha_tests build/san/cluster_tests build/san/redlock_tests
 	$(TEST_ENV) build/san/unit_tests --jobs 2
 	$(TEST_ENV) build/san/integration_tests --jobs 2
 	$(TEST_ENV) build/san/ha_tests --jobs 1
 	$(TEST_ENV) build/san/cluster_tests --jobs 1
+	$(TEST_ENV) build/san/redlock_tests --jobs 1
 
 unit: build/san/unit_tests
 	$(TEST_ENV) build/san/unit_tests
@@ -140,6 +151,8 @@ ha: build/san/lockbrokerd build/san/ha_tests
 	$(TEST_ENV) build/san/ha_tests --jobs 1
 cluster: build/san/lockbrokerd build/san/cluster_tests
 	$(TEST_ENV) build/san/cluster_tests --jobs 1
+redlock: build/san/lockbrokerd build/san/redlock_tests
+	$(TEST_ENV) build/san/redlock_tests --jobs 1
 
 # Binaries, the systemd unit (paths filled in), its user, and an example
 # config that never overwrites an existing one.
@@ -160,6 +173,10 @@ bench: bench-tools
 	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/run.sh
 	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/ha.sh
 	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/cluster.sh
+	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/redlock.sh
+
+bench-redlock: bench-tools
+	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/redlock.sh
 
 bench-cluster: bench-tools
 	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/cluster.sh

@@ -48,6 +48,7 @@ struct lb_broker {
     pid_t pid;
     lb_redis *redis;          /* NULL when started with an explicit URL */
     char *url;                /* lb_broker_start_url's --redis; else NULL */
+    bool redlock;             /* url goes to --redlock instead of --redis */
     int port;
     char unix_path[PATH_MAX];
     char log[PATH_MAX];
@@ -965,7 +966,7 @@ static void broker_spawn(lb_broker *b)
     const char *argv[MAX_EXTRA_ARGS + 32];
     int k = 0;
     argv[k++] = bin;
-    argv[k++] = "--redis";
+    argv[k++] = b->redlock ? "--redlock" : "--redis";
     argv[k++] = b->redis ? b->redis->url : b->url;
     argv[k++] = "--listen";
     argv[k++] = tcp_url;
@@ -1009,8 +1010,10 @@ static void broker_spawn(lb_broker *b)
     }
 }
 
-/* r, or else url (copied), is what --redis names. */
-static lb_broker *broker_vstart(lb_redis *r, const char *url, bool wait_redis, va_list ap)
+/* r, or else url (copied), is what --redis (with redlock: --redlock)
+ * names. */
+static lb_broker *broker_vstart(lb_redis *r, const char *url, bool redlock, bool wait_redis,
+                                va_list ap)
 {
     cr_assert(G.active, "lb_setup was not run (use LB_TEST)");
     cr_assert(G.nbrokers < (int)(sizeof(G.brokers) / sizeof(G.brokers[0])));
@@ -1020,6 +1023,7 @@ static lb_broker *broker_vstart(lb_redis *r, const char *url, bool wait_redis, v
         abort();
     b->redis = r;
     b->url = r ? NULL : xstrdup(url);
+    b->redlock = redlock;
     b->wait_redis = wait_redis;
     G.brokers[G.nbrokers++] = b;
     const char *a;
@@ -1038,7 +1042,7 @@ lb_broker *lb_broker_start(lb_redis *r, ...)
 {
     va_list ap;
     va_start(ap, r);
-    lb_broker *b = broker_vstart(r, NULL, true, ap);
+    lb_broker *b = broker_vstart(r, NULL, false, true, ap);
     va_end(ap);
     return b;
 }
@@ -1047,7 +1051,7 @@ lb_broker *lb_broker_start_no_redis_wait(lb_redis *r, ...)
 {
     va_list ap;
     va_start(ap, r);
-    lb_broker *b = broker_vstart(r, NULL, false, ap);
+    lb_broker *b = broker_vstart(r, NULL, false, false, ap);
     va_end(ap);
     return b;
 }
@@ -1056,7 +1060,7 @@ lb_broker *lb_broker_start_url(const char *redis_url, ...)
 {
     va_list ap;
     va_start(ap, redis_url);
-    lb_broker *b = broker_vstart(NULL, redis_url, true, ap);
+    lb_broker *b = broker_vstart(NULL, redis_url, false, true, ap);
     va_end(ap);
     return b;
 }
@@ -1065,7 +1069,26 @@ lb_broker *lb_broker_start_url_no_redis_wait(const char *redis_url, ...)
 {
     va_list ap;
     va_start(ap, redis_url);
-    lb_broker *b = broker_vstart(NULL, redis_url, false, ap);
+    lb_broker *b = broker_vstart(NULL, redis_url, false, false, ap);
+    va_end(ap);
+    return b;
+}
+
+lb_broker *lb_broker_start_redlock(lb_redis *const *masters, int n, ...)
+{
+    char url[1024];
+    size_t len = 0;
+    va_list ap;
+
+    cr_assert(n > 0, "a Redlock broker needs masters");
+    url[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        int w = snprintf(url + len, sizeof(url) - len, "%s%s", i ? "," : "", masters[i]->url);
+        cr_assert(w > 0 && (size_t)w < sizeof(url) - len, "the --redlock URL list is too long");
+        len += (size_t)w;
+    }
+    va_start(ap, n);
+    lb_broker *b = broker_vstart(NULL, url, true, true, ap);
     va_end(ap);
     return b;
 }

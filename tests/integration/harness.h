@@ -153,6 +153,11 @@ lb_broker *lb_broker_start_url(const char *redis_url, ...) __attribute__((sentin
 /* The same, waiting only until the broker answers stats (any "redis"
  * value): for a broker that cannot reach its master yet. */
 lb_broker *lb_broker_start_url_no_redis_wait(const char *redis_url, ...) __attribute__((sentinel));
+/* Like lb_broker_start_url with --redlock URL,URL,... (the n masters'
+ * URLs, in this order) instead of --redis (issue 18); same readiness
+ * (stats ok with "redis":"up", which needs a quorum of masters up), same
+ * stop, restart and teardown. */
+lb_broker *lb_broker_start_redlock(lb_redis *const *masters, int n, ...) __attribute__((sentinel));
 /* Start, but only wait until the broker answers stats (any "redis" value). */
 lb_broker *lb_broker_start_no_redis_wait(lb_redis *r, ...) __attribute__((sentinel));
 /* SIGTERM, wait 10 s (then SIGKILL and fail); assert exit status 0. */

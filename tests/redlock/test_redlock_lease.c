@@ -1,0 +1,132 @@
+/*
+ * test_redlock_lease.c - the life of a lease under --redlock (issue 18):
+ * renewals go to every master and hold while a quorum holds; when the
+ * lease can no longer be held on a majority its holder is told `lost`
+ * before its TTL could have run out on the masters that still had it (or
+ * someone else could be granted it); and a session's end releases its
+ * leases on every master.
+ */
+#include "tests/redlock/rl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* LB_AO(...) overrides its own defaults (harness.h). */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Winitializer-overrides"
+#else
+#pragma GCC diagnostic ignored "-Woverride-init"
+#endif
+
+#define TTL_MS 3000
+
+RL_TEST(redlock_lease, renewals_keep_a_lease_while_a_quorum_holds_it, 40)
+{
+	lb_redis *m[3];
+	const char *name = "rl-renew";
+
+	rl_masters_start(m, 3);
+	lb_broker *b = lb_broker_start_redlock(m, 3, NULL);
+	lb_client *c = lb_connect(b, LB_TCP), *other = lb_connect(b, LB_UNIX);
+	const char *lease = lb_must_acquire(c, name, TTL_MS);
+
+	/* One master of three down: the watchdog keeps renewing on the other
+	 * two, well past the TTL. */
+	lb_redis_stop(m[2]);
+	lb_expect_silent(c, TTL_MS + 1000, "a lease held on 2 of 3 masters");
+	for (int i = 0; i < 2; i++)
+		cr_assert_not_null(rl_header(m[i], name, "o"), "the holder is gone from master %d", i);
+	json_t *busy = lb_try_acquire(other, name, TTL_MS);
+	lb_expect_err(busy, "timeout");
+	json_t *ext = lb_call(c, "{s:s, s:s, s:i}", "op", "extend", "lease", lease, "ttl_ms", 5000);
+	lb_expect_ok(ext);
+	/* The life a quorum holds, less the drift (5000 / 100 + 2). */
+	cr_assert(lb_int(ext, "ttl_ms") > 4000 && lb_int(ext, "ttl_ms") <= 5000 - 52, "%s",
+	          lb_dump(ext));
+	cr_assert_eq(lb_release(c, lease), 0);
+	rl_wait_no_holder(m, 3, name, 1000);
+	lb_end();
+}
+
+RL_TEST(redlock_lease, renewal_losing_its_majority_is_lost_before_the_ttl, 40)
+{
+	lb_redis *m[3];
+	const char *name = "rl-lost";
+
+	rl_masters_start(m, 3);
+	lb_broker *b = lb_broker_start_redlock(m, 3, NULL);
+	lb_client *c = lb_connect(b, LB_TCP);
+	json_t *g = lb_acq_call(c, name, LB_AO(.wait_ms = 0, .ttl_ms = TTL_MS, .watchdog = 1), 5000);
+	lb_expect_ok(g);
+	const char *lease = lb_str(g, "lease");
+	/* Past a renewal or two (every ttl / 3), so the lease lives on them. */
+	lb_expect_silent(c, 1500, "a renewed lease with every master up");
+
+	/* Two of three masters go: no renewal can hold on a quorum any more.
+	 * The lease was renewed last before t0 at the latest, so the masters
+	 * that had it let it go by t0 + TTL: the holder must hear before. */
+	int64_t t0 = lb_now_ms();
+	lb_redis_stop(m[0]);
+	lb_redis_stop(m[1]);
+	json_t *ev = lb_next_event(c, TTL_MS + 2000);
+	int64_t after = lb_now_ms() - t0;
+	cr_assert_not_null(ev, "no event within %d ms of losing the majority", TTL_MS + 2000);
+	cr_assert_str_eq(lb_str(ev, "event"), "lost", "%s", lb_dump(ev));
+	cr_assert_str_eq(lb_str(ev, "lease"), lease, "%s", lb_dump(ev));
+	cr_assert_str_eq(lb_str(ev, "lock"), name, "%s", lb_dump(ev));
+	const char *reason = lb_str(ev, "reason");
+	cr_assert(strcmp(reason, "redis_unavailable") == 0 || strcmp(reason, "gone") == 0,
+	          "reason %s", reason);
+	fprintf(stderr, "redlock_lease: lost (%s) %lld ms after 2 of 3 masters stopped\n", reason,
+	        (long long)after);
+	cr_assert_lt(after, TTL_MS, "lost only %lld ms after the majority was gone (TTL %d ms)",
+	             (long long)after, TTL_MS);
+	lb_expect_err(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease), "not_held");
+	json_t *st = lb_stats(c);
+	cr_assert_eq(lb_int(st, "lost_total"), 1, "%s", lb_dump(st));
+	cr_assert_eq(lb_int(st, "leases"), 0, "%s", lb_dump(st));
+
+	/* Back: the lock can be had again, with a higher fence. */
+	lb_redis_restart(m[0]);
+	lb_redis_restart(m[1]);
+	json_t *r = lb_acquire_within(c, name, TTL_MS, 5000);
+	cr_assert(lb_is_ok(r), "%s", lb_dump(r));
+	cr_assert_gt(lb_int(r, "fence"), lb_int(g, "fence"));
+	cr_assert_eq(lb_release(c, lb_str(r, "lease")), 0);
+	lb_end();
+}
+
+RL_TEST(redlock_lease, session_end_releases_on_every_master, 40)
+{
+	lb_redis *m[5];
+	const char *name = "rl-session";
+
+	rl_masters_start(m, 5);
+	lb_broker *ba = lb_broker_start_redlock(m, 5, NULL);
+	lb_broker *bb = lb_broker_start_redlock(m, 5, NULL);
+	lb_client *c = lb_connect(ba, LB_TCP), *other = lb_connect(bb, LB_TCP);
+	/* A long TTL: only the session's end can free it in time. */
+	lb_must_acquire(c, name, 60000);
+	lb_must_acquire(c, "rl-session-2", 60000);
+	int64_t deadline = lb_now_ms() + 1000;
+	for (int i = 0; i < 5; i++) {
+		while (!rl_header(m[i], name, "o") && lb_now_ms() < deadline)
+			lb_sleep_ms(10);
+		cr_assert_not_null(rl_header(m[i], name, "o"), "no holder on master %d", i);
+	}
+	lb_expect_err(lb_try_acquire(other, name, 10000), "timeout");
+
+	int64_t t0 = lb_now_ms();
+	lb_close(c);
+	rl_wait_no_holder(m, 5, name, 2000);
+	rl_wait_no_holder(m, 5, "rl-session-2", 2000);
+	int64_t gone = lb_now_ms() - t0;
+	json_t *r = lb_try_acquire(other, name, 10000);
+	cr_assert(lb_is_ok(r), "after the holder's session ended: %s", lb_dump(r));
+	fprintf(stderr, "redlock_lease: holder gone from 5 masters %lld ms after its session "
+	                "closed\n",
+	        (long long)gone);
+	cr_assert_eq(lb_release(other, lb_str(r, "lease")), 0);
+	lb_expect_free(other, "rl-session-2");
+	lb_end();
+}
