@@ -203,7 +203,8 @@ void wq_wlock_heartbeat(wlock_t *wl);
 /* Redlock: the next round of wl's oldest waiter, when one may go now. */
 void wq_redlock_round(wlock_t *wl);
 /* Redlock: w's round was lost and w waits on; hint: ms until a quorum
- * may be free (0: it may be now, the vote split). */
-void wq_redlock_lost(waiter_t *w, int64_t hint);
+ * may be free (0: it may be now, the vote split); fresh: a master that
+ * did not grant has published a release since the round went out. */
+void wq_redlock_lost(waiter_t *w, int64_t hint, bool fresh);
 
 #endif

@@ -314,7 +314,9 @@ static void acquire_reply(const redisReply *r, waiter_t *w)
 	w->state = W_QUEUED;
 	w->unsent = false;
 	if (status == 0 && w->wait && w->end == WEND_NONE && store_redlock()) {
-		wq_redlock_lost(w, a);
+		/* {0, retry_ms, fresh} (redlock.c) */
+		wq_redlock_lost(w, a, r->elements >= 3 && r->element[2]->type == REDIS_REPLY_INTEGER &&
+		                          r->element[2]->integer == 1);
 		wq_answer_tries_behind(w);
 		return;
 	}

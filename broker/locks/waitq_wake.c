@@ -28,7 +28,7 @@
 #define RL_BACKOFF_SHIFT_MAX 5
 #define RL_JITTER_MS 5
 
-void wq_redlock_lost(waiter_t *w, int64_t hint)
+void wq_redlock_lost(waiter_t *w, int64_t hint, bool fresh)
 {
 	wlock_t *wl = w->wl;
 	uint64_t now = timers_now(), at;
@@ -40,9 +40,9 @@ void wq_redlock_lost(waiter_t *w, int64_t hint)
 		at = now + 1 + random_below((uint32_t)RL_BACKOFF_MS << shift);
 		wl->rl_wakeable = false;
 	} else {
-		/* A wake that came while the round was on its way may tell of a
-		 * release the round did not see everywhere: again at once. */
-		at = wl->hb_again ? now : now + (uint64_t)hint + 1 + random_below(RL_JITTER_MS);
+		/* A master that refused it published a release since it went
+		 * out: again at once. Else at the next wake, or the expiry. */
+		at = fresh ? now : now + (uint64_t)hint + 1 + random_below(RL_JITTER_MS);
 		wl->rl_wakeable = true;
 	}
 	wl->hb_again = false;
@@ -64,11 +64,8 @@ void wq_redlock_round(wlock_t *wl)
 			next = w;
 	if (!next)
 		return;
-	if (wl->acq_inflight > 0) {
-		/* Its reply decides; a wake meanwhile is kept for it. */
-		wl->hb_again = wl->hb_again || woken;
-		return;
-	}
+	if (wl->acq_inflight > 0)
+		return; /* its reply decides (a wake meanwhile: redlock.c's fresh) */
 	if (now < wl->rl_not_before && !(woken && wl->rl_wakeable)) {
 		timer_at(&wl->timer, wl->rl_not_before);
 		return;

@@ -98,6 +98,7 @@ struct rl_call {
 	int64_t v[REDLOCK_MASTERS_MAX][4]; /* the reply's first integers */
 	int nv[REDLOCK_MASTERS_MAX];       /* how many of them are integers */
 	redisReply *copy[REDLOCK_MASTERS_MAX]; /* inspect: the replies */
+	bool unknown[REDLOCK_MASTERS_MAX];     /* no reply: it may have run */
 	bool index_get;                        /* lease_index 'get' */
 	/* acquire */
 	redlock_vote_t vote;
@@ -105,6 +106,8 @@ struct rl_call {
 	int64_t fence;       /* F, once won */
 	uint64_t ends_at;    /* the validity's end, once won */
 	int fence_ok, fence_pending;
+	uint64_t seq;        /* R.seq when it went out */
+	uint64_t tag;        /* the lock's wake entry (wake_of) */
 	int argc, nkeys;     /* the acquire's own arguments, for the undo */
 	char **argv;
 	size_t *argvlen;
@@ -112,8 +115,27 @@ struct rl_call {
 	size_t route_len;
 };
 
+/* Wake-ups per lock, in a table by the name's hash: when each master last
+ * published one (wake_seq, in R.seq), and the last lost round's masters
+ * that did not grant (mask; lost_seq its R.seq, 0 after a win). A wake
+ * from a master that granted that round tells nothing new (its own
+ * undo, or a release that master alone saw) and is dropped; one from a
+ * master that refused, received after a round went out, makes that
+ * round's loss "fresh": try again at once. An entry shared by two locks
+ * (tag) is taken over: that costs a round, never a wake. */
+#define RL_WAKE_SLOTS 4096
+
+typedef struct rl_wake {
+	uint64_t tag; /* the name's hash, never 0; 0: unused */
+	uint64_t wake_seq[REDLOCK_MASTERS_MAX];
+	uint64_t lost_seq;
+	unsigned mask;
+} rl_wake_t;
+
 static struct {
 	store_events_t E;
+	uint64_t seq;  /* counts acquires sent and wakes received, in order */
+	rl_wake_t *wakes;
 	int n, quorum;
 	rpool_t *pool[REDLOCK_MASTERS_MAX];
 	canary_t *canary[REDLOCK_MASTERS_MAX];
@@ -127,6 +149,29 @@ static struct {
 static int rl_send(const char *route, size_t route_len, script_id_t script, int nkeys, int argc,
                    const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
                    uint64_t retry_until, int floor_arg);
+
+/* ---- wake-ups per lock ------------------------------------------------------ */
+
+static uint64_t name_tag(const char *s, size_t n)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (size_t k = 0; k < n; k++)
+		h = (h ^ (unsigned char)s[k]) * 1099511628211ULL;
+	return h | 1;
+}
+
+/* The lock's entry, taken over when another lock had it. */
+static rl_wake_t *wake_of(uint64_t tag)
+{
+	rl_wake_t *w = &R.wakes[tag % RL_WAKE_SLOTS];
+
+	if (w->tag != tag) {
+		memset(w, 0, sizeof(*w));
+		w->tag = tag;
+	}
+	return w;
+}
 
 /* ---- replies ------------------------------------------------------------ */
 
@@ -221,6 +266,7 @@ static void record(rl_call_t *c, int i, const redisReply *r)
 	c->nv[i] = 0;
 	if (store_reply_failed(r)) {
 		c->st[i] = LEG_FAILED;
+		c->unknown[i] = r == NULL; /* an error reply: the script did not run */
 		return;
 	}
 	c->st[i] = LEG_OK;
@@ -477,9 +523,24 @@ static void lose(rl_call_t *c)
 	int failed = 0, conflict = 0, full = 0, nretry = 0;
 	int64_t retry[REDLOCK_MASTERS_MAX];
 	int_reply_t b;
+	rl_wake_t *w = wake_of(c->tag);
+	bool fresh = false, taken = false;
 
 	c->phase = PH_LOST;
-	undo(c);
+	w->lost_seq = c->seq;
+	w->mask = 0;
+	for (int i = 0; i < c->n; i++) {
+		if (c->vote.answer[i] == RL_GRANTED || c->unknown[i])
+			taken = true; /* it may hold a grant there */
+		if (c->vote.answer[i] != RL_GRANTED) {
+			w->mask |= 1u << i;
+			fresh = fresh || w->wake_seq[i] > c->seq;
+		}
+	}
+	/* A round that every master refused left nothing: no undo. One
+	 * still on its way is undone if it grants (on_leg). */
+	if (taken)
+		undo(c);
 	for (int i = 0; i < c->n; i++) {
 		if (c->vote.answer[i] == RL_FAILED || c->vote.answer[i] == RL_PENDING) {
 			failed += c->vote.answer[i] == RL_FAILED;
@@ -501,7 +562,7 @@ static void lose(rl_call_t *c)
 	} else {
 		/* When a quorum may be free: the quorum-th smallest wait. */
 		int64_t hint = kth_largest(retry, nretry, c->n - c->quorum + 1);
-		deliver(c, ints(&b, 2, 0, hint, 0, 0));
+		deliver(c, ints(&b, 3, 0, hint, fresh, 0));
 	}
 }
 
@@ -512,6 +573,7 @@ static void win(rl_call_t *c)
 	int_reply_t b;
 
 	c->phase = PH_WON;
+	wake_of(c->tag)->lost_seq = 0;
 	for (int i = 0; i < c->n; i++)
 		if (c->vote.answer[i] == RL_GRANTED)
 			hold[nh++] = c->hold[i];
@@ -678,7 +740,8 @@ static void on_leg(const redisReply *r, void *priv)
 			vote(c, i);
 			/* A grant after the round was given up: given back again
 			 * (this master may have run the acquire after the undo). */
-			if (c->phase == PH_LOST && c->vote.answer[i] == RL_GRANTED)
+			if (c->phase == PH_LOST &&
+			    (c->vote.answer[i] == RL_GRANTED || c->unknown[i]))
 				undo(c);
 			/* One after the round was won holds the holder's F too. */
 			else if ((c->phase == PH_FENCE || c->phase == PH_WON) &&
@@ -733,6 +796,8 @@ static int rl_send(const char *route, size_t route_len, script_id_t script, int 
 		}
 		c->route = dup_bytes(route, route_len);
 		c->route_len = route_len;
+		c->seq = ++R.seq;
+		c->tag = name_tag(route, route_len);
 		redlock_vote_begin(&c->vote, c->n, ttl > 0 ? ttl : 1, now);
 	}
 	for (int i = 0; i < c->n; i++) {
@@ -773,9 +838,15 @@ static int rl_send(const char *route, size_t route_len, script_id_t script, int 
 
 /* ---- the backend ------------------------------------------------------------ */
 
+/* A release freed lock msg on master (int)priv (lua/release.lua). */
 static void on_wake_message(const char *msg, size_t len, void *priv)
 {
-	(void)priv;
+	int i = (int)(intptr_t)priv;
+	rl_wake_t *w = wake_of(name_tag(msg, len));
+
+	w->wake_seq[i] = ++R.seq;
+	if (w->lost_seq && !(w->mask & (1u << i)))
+		return; /* nothing new for the last round: see rl_wake_t */
 	R.E.on_wake(msg, len);
 }
 
@@ -819,7 +890,7 @@ static void redlock_start(uv_loop_t *loop, const lb_config_t *cfg, const store_e
 	/* The channel lua/acquire.lua's 'v' mark makes a release publish on. */
 	snprintf(channel, sizeof(channel), "%sredlock:wake", cfg->prefix);
 	snprintf(name, sizeof(name), "lockbroker-%s", server.id);
-	inbox = (rpool_inbox_t){channel, on_wake_message, on_wake_subscribed, NULL};
+	R.wakes = xcalloc(RL_WAKE_SLOTS, sizeof(*R.wakes));
 	cb = (rpool_callbacks_t){
 		.on_up = on_pool_up,
 		.on_data_loss = on_pool_loss,
@@ -827,6 +898,8 @@ static void redlock_start(uv_loop_t *loop, const lb_config_t *cfg, const store_e
 	for (int i = 0; i < R.n; i++) {
 		int n;
 		R.addr[i] = &cfg->redlock[i];
+		inbox = (rpool_inbox_t){channel, on_wake_message, on_wake_subscribed,
+		                        (void *)(intptr_t)i};
 		R.pool[i] = rpool_new(loop, &cfg->redlock[i], cfg->pool, name, &cb, &inbox);
 		n = snprintf(key, sizeof(key), "%sbroker:{%s}:canary", cfg->prefix, server.id);
 		R.canary[i] = canary_start_on(i, key, (size_t)n, on_pool_loss);
@@ -849,6 +922,8 @@ static void redlock_free(void)
 		rpool_free(R.pool[i]);
 		R.pool[i] = NULL;
 	}
+	free(R.wakes);
+	R.wakes = NULL;
 }
 
 static void redlock_loss_checked(void)
