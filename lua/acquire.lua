@@ -15,7 +15,11 @@
 -- Redlock (--redlock): waiters never queue in Redis. A busy request with
 -- wait 'r' is answered as a try and marks the header ('v'): the release
 -- that frees the lock then publishes its name on P .. 'redlock:wake',
--- which every Redlock broker listens to on every master.
+-- which every Redlock broker listens to on every master; 'R' is a try
+-- that marks nothing. With either, a grant's fence is max(last + 1, floor
+-- + 1), without this master's clock: the broker proposes the same floor
+-- to every master, so when each granting master issues floor + 1 that
+-- fence is on a majority already (broker/store/redlock.c).
 -- The fast path: nobody holds or awaits the lock (header without 'm' or a
 -- live solo holder, and if the header is missing, no model keys either).
 -- The request is granted as the solo holder: 3 Redis calls, 4 when the
@@ -44,6 +48,7 @@ if not hv[1] then
       if deadline < expiry then expiry = deadline end
     end
     local fence = t[1] * 1000000 + t[2]
+    if ARGV[14] == 'r' or ARGV[14] == 'R' then fence = 0 end -- Redlock: see above
     local last = tonumber(hv[4] or '0')
     if last + 1 > fence then fence = last + 1 end
     local floor = tonumber(ARGV[6]) or 0
@@ -66,6 +71,7 @@ end
 --@prelude
 local K = keys_of(KEYS)
 local C, a = context_of(ARGV, t)
+C.redlock = ARGV[a + 7] == 'r' or ARGV[a + 7] == 'R'
 local id, mode, limit = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
 local ttl, owner, client = tonumber(ARGV[a + 3]), ARGV[a + 4], ARGV[a + 5]
 local max_hold, wait, fair = tonumber(ARGV[a + 6]), ARGV[a + 7] == '1', ARGV[a + 8] == '1'

@@ -522,7 +522,7 @@ void wq_waiter_send_now(waiter_t *w)
 		lockscript_arg(&ls, w->owner, w->owner_len);
 		lockscript_arg(&ls, s->label ? s->label : "", s->label ? s->label_len : 0);
 		lockscript_int(&ls, w->max_hold_ms);
-		lockscript_str(&ls, !w->wait ? "0" : store_redlock() ? "r" : "1");
+		lockscript_str(&ls, store_redlock() ? (w->wait ? "r" : "R") : w->wait ? "1" : "0");
 		lockscript_str(&ls, w->fair ? "1" : "0");
 		lockscript_int(&ls, server.cfg->max_queue);
 		/* A try is repeatable (the script knows its id): after a lost

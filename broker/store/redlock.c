@@ -50,6 +50,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "broker/base/log.h"
 #include "broker/base/shared.h"
@@ -103,6 +104,7 @@ struct rl_call {
 	/* acquire */
 	redlock_vote_t vote;
 	int64_t hold[REDLOCK_MASTERS_MAX];
+	int64_t proposal;    /* the fence every master is asked to issue */
 	int64_t fence;       /* F, once won */
 	uint64_t ends_at;    /* the validity's end, once won */
 	int fence_ok, fence_pending;
@@ -622,6 +624,16 @@ static void write_fence(rl_call_t *c, int64_t validity)
 	arm(c, c->ends_at);
 }
 
+/* Every master that granted issued the proposal: it is stored there, on
+ * a quorum, already. */
+static bool proposal_taken(const rl_call_t *c)
+{
+	for (int i = 0; i < c->n; i++)
+		if (c->vote.answer[i] == RL_GRANTED && c->vote.fence[i] != c->proposal)
+			return false;
+	return true;
+}
+
 static void acquire_step(rl_call_t *c, bool timed_out)
 {
 	uint64_t now = timers_now();
@@ -629,6 +641,12 @@ static void acquire_step(rl_call_t *c, bool timed_out)
 
 	if (c->phase == PH_VOTE) {
 		redlock_outcome_t o = redlock_vote_outcome(&c->vote, now, &validity);
+		if (o == RL_WON && proposal_taken(c)) {
+			c->fence = c->proposal;
+			c->ends_at = now + (uint64_t)validity;
+			win(c);
+			return;
+		}
 		if (o == RL_WON)
 			write_fence(c, validity);
 		else if (o == RL_LOST || timed_out)
@@ -745,7 +763,7 @@ static void on_leg(const redisReply *r, void *priv)
 				undo(c);
 			/* One after the round was won holds the holder's F too. */
 			else if ((c->phase == PH_FENCE || c->phase == PH_WON) &&
-			         c->vote.answer[i] == RL_GRANTED)
+			         c->vote.answer[i] == RL_GRANTED && c->vote.fence[i] != c->fence)
 				send_fence(c, i);
 		}
 	}
@@ -755,6 +773,30 @@ static void on_leg(const redisReply *r, void *priv)
 			step(c, NULL, true);
 		call_free(c);
 	}
+}
+
+/* An acquire's fence floor (the argument at floor_arg of its copied argv)
+ * is set to P - 1, P above this broker's clock in microseconds and every
+ * fence it has seen: each master then issues max(its stored fence + 1,
+ * P) (lua/acquire.lua, Redlock). When every granting master issued P, P
+ * is on a quorum: any earlier grant's fence is stored on a quorum, which
+ * shares a master with this one, whose stored fence P exceeds; so P is
+ * above every fence given before, and the fence write is not needed. */
+static int64_t propose(rl_call_t *c, int floor_arg)
+{
+	struct timespec ts;
+	int64_t p;
+	char digits[STORE_FLOOR_DIGITS + 1];
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	p = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	if (p <= server.fence_high)
+		p = server.fence_high + 1;
+	if (floor_arg < 0 || floor_arg >= c->argc || c->argvlen[floor_arg] != STORE_FLOOR_DIGITS)
+		return -1; /* no floor to write: the fence write always runs */
+	snprintf(digits, sizeof(digits), "%0*lld", STORE_FLOOR_DIGITS, (long long)(p - 1));
+	memcpy(c->argv[floor_arg], digits, STORE_FLOOR_DIGITS);
+	return p;
 }
 
 /* The call on every master; fn (may be NULL) gets the merged reply. */
@@ -796,6 +838,9 @@ static int rl_send(const char *route, size_t route_len, script_id_t script, int 
 		}
 		c->route = dup_bytes(route, route_len);
 		c->route_len = route_len;
+		c->proposal = propose(c, floor_arg);
+		argv = (const char *const *)c->argv;
+		floor_arg = -1; /* written here, the same for every master */
 		c->seq = ++R.seq;
 		c->tag = name_tag(route, route_len);
 		redlock_vote_begin(&c->vote, c->n, ttl > 0 ? ttl : 1, now);

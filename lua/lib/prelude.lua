@@ -316,6 +316,7 @@ end
 local function next_fence(K, C)
   if not C.fence then C.fence = tonumber(redis.call('HGET', K.hd, 'f') or '0') end
   local fence = C.now_us
+  if C.redlock then fence = 0 end -- the broker's floor instead (acquire.lua)
   if C.fence + 1 > fence then fence = C.fence + 1 end
   if C.floor + 1 > fence then fence = C.floor + 1 end
   C.fence = fence

@@ -156,7 +156,7 @@ for step in range(steps):
             mode = random.choice(['x','x','s']) if L == 'A' else 'p'
             limit = 0 if L == 'A' else 2
             ttl = random.choice([30, 80, 200, 1000])
-            wait = random.choice(['0','1','1','r'])
+            wait = random.choice(['0','1','1','r','R'])
             fair = random.choice(['0','1'])
             mh = random.choice([0, 0, 50])
             rep = r.cmd('EVALSHA', sha['acquire'], 7, *keys7(L), *ctx(L, b), id_, mode, limit, ttl, 'o', 'c', mh, wait, fair, 100)
