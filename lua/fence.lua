@@ -22,6 +22,9 @@ else
   if not info or expiry <= now_ms then return 0 end
   info[7] = fence
   info_set(KEYS[2], ARGV[1], info)
+  -- A header lost while its holders live is not made again without a
+  -- lifetime: the holder's fence alone then says it.
+  if redis.call('EXISTS', KEYS[3]) == 0 then return 1 end
 end
 redis.call('HSET', KEYS[3], 'f', string.format('%.0f', fence))
 return 1

@@ -169,6 +169,13 @@ static waiter_t *waiter_new(client_t *s, const json_t *id, const req_acquire_t *
 	return w;
 }
 
+void wq_waiter_new_token(waiter_t *w)
+{
+	htab_remove(&waitq.by_id, &w->by_id);
+	random_hex(w->id, LEASE_TOKEN_LEN / 2);
+	htab_insert(&waitq.by_id, &w->by_id, htab_hash(HTAB_HASH_INIT, w->id, LEASE_TOKEN_LEN));
+}
+
 void wq_held_unlink(waiter_t *w)
 {
 	wlock_t *wl = w->wl;
@@ -229,13 +236,6 @@ void wq_waiter_free(waiter_t *w)
 
 /* w is answered, but a script that carries it is still on its way: it
  * waits for that reply only, out of every index a new request looks in. */
-void wq_waiter_new_token(waiter_t *w)
-{
-	htab_remove(&waitq.by_id, &w->by_id);
-	random_hex(w->id, LEASE_TOKEN_LEN / 2);
-	htab_insert(&waitq.by_id, &w->by_id, htab_hash(HTAB_HASH_INIT, w->id, LEASE_TOKEN_LEN));
-}
-
 void wq_set_done(waiter_t *w)
 {
 	w->state = W_DONE;

@@ -55,17 +55,23 @@ void wq_redlock_lost(waiter_t *w, int64_t hint, bool fresh)
 void wq_redlock_round(wlock_t *wl)
 {
 	uint64_t now = timers_now();
-	bool woken = wl->rl_woken;
+	bool woken = wl->rl_woken || wl->hb_again;
 	waiter_t *next = NULL;
 
 	wl->rl_woken = false;
+	wl->hb_again = false;
 	for (waiter_t *w = wl->head; w && !next; w = w->wl_next)
 		if (w->state == W_QUEUED && w->unsent && w->end == WEND_NONE)
 			next = w;
 	if (!next)
 		return;
-	if (wl->acq_inflight > 0)
-		return; /* its reply decides (a wake meanwhile: redlock.c's fresh) */
+	if (wl->acq_inflight > 0) {
+		/* Its reply decides: a waiter's lost round says whether a wake
+		 * meanwhile was news (redlock.c's fresh) and drops this; after
+		 * a try's, the next round takes it. */
+		wl->hb_again = woken;
+		return;
+	}
 	if (now < wl->rl_not_before && !(woken && wl->rl_wakeable)) {
 		timer_at(&wl->timer, wl->rl_not_before);
 		return;

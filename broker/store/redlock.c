@@ -37,8 +37,11 @@
  *   lease_index: a pointer found on any master; written on a quorum;
  *   heartbeat, orphans: the first answer (the locks layer sends none).
  * A call is freed once every master answered (or failed): a master that
- * is down fails its calls at once, a resent call gives up after
- * RL_LEG_RETRY_MS (its effect ends by the lease's TTL there anyway).
+ * is down fails a call at once unless it may be resent (retry_until:
+ * then it waits for the master, RL_LEG_RETRY_MS at most; its effect ends
+ * by the lease's TTL there anyway). A lease op that a quorum does not
+ * answer fails (an error reply: unavailable), never "no reply", which
+ * would say the lease ended.
  *
  * store_up: a quorum of masters is up. A master that may have lost data
  * (a new run_id, its canary) makes every lease be checked again
@@ -63,6 +66,10 @@
 #define RL_STRAGGLER_MS 200  /* after a quorum answered: how long the rest may take */
 #define RL_LEG_RETRY_MS 30000 /* a master's copy of a call is resent at most this long */
 #define RL_ARGS_MAX 32
+/* A lease op that a quorum did not answer: the op failed (unavailable),
+ * the lease is as it was. (No reply at all would say the lease ended,
+ * as it does after LB_RESOLVE_MS with one Redis.) */
+#define RL_NO_QUORUM "a quorum of the Redlock masters did not answer"
 
 typedef enum leg_state { LEG_PENDING, LEG_OK, LEG_FAILED } leg_state_t;
 
@@ -101,6 +108,7 @@ struct rl_call {
 	redisReply *copy[REDLOCK_MASTERS_MAX]; /* inspect: the replies */
 	bool unknown[REDLOCK_MASTERS_MAX];     /* no reply: it may have run */
 	bool index_get;                        /* lease_index 'get' */
+	bool released, cleaned; /* release: answered 0; its leftovers given back */
 	/* acquire */
 	redlock_vote_t vote;
 	int64_t hold[REDLOCK_MASTERS_MAX];
@@ -151,6 +159,7 @@ static struct {
 static int rl_send(const char *route, size_t route_len, script_id_t script, int nkeys, int argc,
                    const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
                    uint64_t retry_until, int floor_arg);
+static void undo(rl_call_t *c);
 
 /* ---- wake-ups per lock ------------------------------------------------------ */
 
@@ -331,7 +340,7 @@ static void arm(rl_call_t *c, uint64_t at)
 
 static void merge_life(rl_call_t *c)
 {
-	int64_t life[REDLOCK_MASTERS_MAX], hold[REDLOCK_MASTERS_MAX], count = 0;
+	int64_t life[REDLOCK_MASTERS_MAX], hold[REDLOCK_MASTERS_MAX], count[REDLOCK_MASTERS_MAX];
 	int ok = 0, gone = 0, pending = count_state(c, LEG_PENDING);
 	bool reenter = c->script == SCRIPT_REENTER;
 
@@ -344,36 +353,46 @@ static void merge_life(rl_call_t *c)
 		}
 		life[ok] = reenter ? c->v[i][1] : c->v[i][0];
 		hold[ok] = reenter ? 0 : c->v[i][1];
-		if (c->v[i][0] > count)
-			count = c->v[i][0];
+		count[ok] = c->v[i][0];
 		ok++;
 	}
 	if (ok >= c->quorum) {
 		int_reply_t b;
 		int64_t l = kth_largest(life, ok, c->quorum);
 		int64_t h = quorum_hold(hold, ok, c->quorum);
+		/* The levels a quorum holds: one a minority has on top (a
+		 * re-entry that reached it alone) is not the lease's. */
+		int64_t n = kth_largest(count, ok, c->quorum);
 
 		l -= redlock_drift_ms(l);
+		if (h > 0)
+			h = h - redlock_drift_ms(h) > 0 ? h - redlock_drift_ms(h) : 1;
 		if (l <= 0)
 			deliver(c, ints(&b, 2, -1, 0, 0, 0));
 		else if (reenter)
-			deliver(c, ints(&b, 2, count, l, 0, 0));
+			deliver(c, ints(&b, 2, n, l, 0, 0));
 		else
 			deliver(c, ints(&b, 2, l, h, 0, 0));
 	} else if (gone > c->n - c->quorum) {
 		int_reply_t b;
 		deliver(c, ints(&b, 2, -1, 0, 0, 0));
 	} else if (ok + pending < c->quorum) {
-		deliver(c, NULL);
+		deliver_error(c, RL_NO_QUORUM);
 	}
 }
 
 /* ---- release, withdraw: the count left where it was held ----------------- */
 
+/* Release: the count left is the one a quorum still holds (the
+ * quorum-th largest, a master that holds nothing or did not answer
+ * counting 0). At 0 the lease is released, and a master that still has
+ * levels of it (it missed a release, or took a re-entry the others did
+ * not) gives them all back: a lock is never held on a minority for
+ * nobody. Withdraw: whether any master held it. */
 static void merge_count(rl_call_t *c, bool timed_out)
 {
 	int ok = 0, gone = 0, answered, pending = count_state(c, LEG_PENDING);
-	int64_t best = -1;
+	int64_t count[REDLOCK_MASTERS_MAX] = {0}, best = -1;
 	int_reply_t b;
 
 	for (int i = 0; i < c->n; i++) {
@@ -381,6 +400,7 @@ static void merge_count(rl_call_t *c, bool timed_out)
 			continue;
 		if (c->v[i][0] >= 0) {
 			ok++;
+			count[i] = c->v[i][0];
 			if (c->v[i][0] > best)
 				best = c->v[i][0];
 		} else {
@@ -390,10 +410,22 @@ static void merge_count(rl_call_t *c, bool timed_out)
 	answered = ok + gone;
 	if (ok >= c->quorum || (c->script == SCRIPT_RELEASE && gone >= c->quorum) || pending == 0 ||
 	    timed_out) {
-		if (answered == 0)
-			deliver(c, NULL);
-		else
-			deliver(c, ints(&b, 1, ok > 0 ? best : -1, 0, 0, 0));
+		int64_t left = kth_largest(count, c->n, c->quorum);
+
+		if (answered == 0) {
+			deliver_error(c, RL_NO_QUORUM);
+		} else if (ok == 0) {
+			deliver(c, ints(&b, 1, -1, 0, 0, 0));
+		} else if (c->script != SCRIPT_RELEASE) {
+			deliver(c, ints(&b, 1, best, 0, 0, 0));
+		} else {
+			c->released = left == 0;
+			if (c->released && best > 0) {
+				c->cleaned = true;
+				undo(c);
+			}
+			deliver(c, ints(&b, 1, left, 0, 0, 0));
+		}
 	} else if (answered >= c->quorum && !c->timer_on) {
 		arm(c, timers_now() + RL_STRAGGLER_MS);
 	}
@@ -410,11 +442,29 @@ static int64_t inspect_fence(const redisReply *r)
 	return f->type == REDIS_REPLY_STRING ? strtoll(f->str, NULL, 10) : -1;
 }
 
+static bool holder_shown(const redisReply *r)
+{
+	return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 8 && (r->elements - 3) % 5 == 0 &&
+	       r->element[4]->type == REDIS_REPLY_INTEGER && r->element[6]->type == REDIS_REPLY_STRING &&
+	       r->element[7]->type == REDIS_REPLY_STRING;
+}
+
+static bool same_str(const redisReply *a, const redisReply *b)
+{
+	return a->len == b->len && memcmp(a->str, b->str, a->len) == 0;
+}
+
+/* The first holder of two inspect replies: the same owner and client. */
+static bool same_holder(const redisReply *a, const redisReply *b)
+{
+	return same_str(a->element[6], b->element[6]) && same_str(a->element[7], b->element[7]);
+}
+
 static void merge_inspect(rl_call_t *c, bool timed_out)
 {
 	int answered = count_state(c, LEG_OK), pending = count_state(c, LEG_PENDING);
 	int holding = 0, pick = -1, any = -1;
-	int64_t fence = -1;
+	int64_t fence = -1, held_fence[REDLOCK_MASTERS_MAX];
 	char fs[24];
 
 	if (pending > 0 && !timed_out) {
@@ -422,8 +472,6 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 			arm(c, timers_now() + RL_STRAGGLER_MS);
 		return;
 	}
-	int64_t held_fence[REDLOCK_MASTERS_MAX];
-
 	for (int i = 0; i < c->n; i++) {
 		const redisReply *r = c->copy[i];
 		R.inspected[i] = -1;
@@ -434,13 +482,25 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 			fence = inspect_fence(r);
 		any = any < 0 ? i : any;
 		R.inspected[i] = r->elements >= 8;
-		if (r->elements >= 8 && r->element[4]->type == REDIS_REPLY_INTEGER) {
-			held_fence[holding] = inspect_fence(r);
-			holding++;
-			if (pick < 0 || r->element[4]->integer < c->copy[pick]->element[4]->integer)
-				pick = i;
+	}
+	/* The holder (owner, client) the most masters show; the shortest
+	 * life among them. Masters that show another (a lost round's grant
+	 * not yet given back) do not count for it. */
+	for (int i = 0; i < c->n; i++) {
+		int same = 0;
+		if (!holder_shown(c->copy[i]))
+			continue;
+		for (int j = 0; j < c->n; j++)
+			same += holder_shown(c->copy[j]) && same_holder(c->copy[i], c->copy[j]);
+		if (same > holding || (same == holding && pick >= 0 && same_holder(c->copy[i], c->copy[pick]) &&
+		                       c->copy[i]->element[4]->integer < c->copy[pick]->element[4]->integer)) {
+			holding = same;
+			pick = i;
 		}
 	}
+	for (int i = 0, k = 0; pick >= 0 && i < c->n; i++)
+		if (holder_shown(c->copy[i]) && same_holder(c->copy[i], c->copy[pick]))
+			held_fence[k++] = inspect_fence(c->copy[i]);
 	if (any < 0) {
 		deliver(c, NULL);
 		return;
@@ -501,7 +561,7 @@ static void merge_index(rl_call_t *c, const redisReply *r, bool timed_out)
 	if (ok >= c->quorum && !store_reply_failed(r))
 		deliver(c, r);
 	else if (ok + pending < c->quorum)
-		deliver(c, NULL);
+		deliver_error(c, RL_NO_QUORUM);
 }
 
 /* ---- acquire: a round ----------------------------------------------------- */
@@ -562,8 +622,12 @@ static void lose(rl_call_t *c)
 	} else if (full >= c->quorum) {
 		deliver(c, ints(&b, 2, -2, 0, 0, 0));
 	} else {
-		/* When a quorum may be free: the quorum-th smallest wait. */
-		int64_t hint = kth_largest(retry, nretry, c->n - c->quorum + 1);
+		/* When a quorum may be free: the quorum-th smallest wait. A
+		 * round that got a grant and still lost split the vote with
+		 * others (their fresh grants look held for a whole TTL): 0, so
+		 * the waiter backs off a random while (waitq_wake.c) rather
+		 * than run again in step with them on the next wake. */
+		int64_t hint = taken ? 0 : kth_largest(retry, nretry, c->n - c->quorum + 1);
 		deliver(c, ints(&b, 3, 0, hint, fresh, 0));
 	}
 }
@@ -616,6 +680,8 @@ static void send_fence(rl_call_t *c, int i)
 static void write_fence(rl_call_t *c, int64_t validity)
 {
 	c->phase = PH_FENCE;
+	/* Above every fence the granting masters issued (each at least the
+	 * proposal, from the broker's clock) and every one this broker saw. */
 	c->fence = redlock_vote_fence(&c->vote, 0, server.fence_high);
 	c->ends_at = timers_now() + (uint64_t)validity;
 	for (int i = 0; i < c->n; i++)
@@ -706,7 +772,7 @@ static void step(rl_call_t *c, const redisReply *r, bool timed_out)
 	case SCRIPT_REENTER:
 		merge_life(c);
 		if (timed_out)
-			deliver(c, NULL);
+			deliver_error(c, RL_NO_QUORUM);
 		break;
 	case SCRIPT_RELEASE:
 	case SCRIPT_WITHDRAW:
@@ -754,6 +820,13 @@ static void on_leg(const redisReply *r, void *priv)
 		record(c, i, r);
 		if (c->script == SCRIPT_INSPECT && c->st[i] == LEG_OK)
 			c->copy[i] = reply_dup(r);
+		/* A master that answers after the release was answered 0 and
+		 * still has levels gives them back (see merge_count). */
+		if (c->script == SCRIPT_RELEASE && c->released && !c->cleaned && c->st[i] == LEG_OK &&
+		    c->nv[i] >= 1 && c->v[i][0] > 0) {
+			c->cleaned = true;
+			undo(c);
+		}
 		if (c->script == SCRIPT_ACQUIRE) {
 			vote(c, i);
 			/* A grant after the round was given up: given back again
@@ -821,13 +894,13 @@ static int rl_send(const char *route, size_t route_len, script_id_t script, int 
 		retry_until = now + RL_LEG_RETRY_MS;
 	if (script == SCRIPT_LEASE_INDEX && argc >= 2)
 		c->index_get = argvlen[1] == 3 && memcmp(argv[1], "get", 3) == 0;
-	if (script == SCRIPT_ACQUIRE) {
-		int64_t ttl;
-		if (argc < nkeys + 10 || argc > RL_ARGS_MAX) {
-			free(c);
-			return -1;
-		}
-		ttl = strtoll(argv[nkeys + 9], NULL, 10);
+	if ((script == SCRIPT_ACQUIRE && argc < nkeys + 10) || argc > RL_ARGS_MAX) {
+		free(c);
+		return -1;
+	}
+	if (script == SCRIPT_ACQUIRE || script == SCRIPT_RELEASE) {
+		/* Kept for the undo (withdraw.lua: the keys, the context, the
+		 * token, as both have them first) and the fence write. */
 		c->argc = argc;
 		c->nkeys = nkeys;
 		c->argv = xcalloc((size_t)argc, sizeof(*c->argv));
@@ -838,6 +911,10 @@ static int rl_send(const char *route, size_t route_len, script_id_t script, int 
 		}
 		c->route = dup_bytes(route, route_len);
 		c->route_len = route_len;
+	}
+	if (script == SCRIPT_ACQUIRE) {
+		int64_t ttl = strtoll(argv[nkeys + 9], NULL, 10);
+
 		c->proposal = propose(c, floor_arg);
 		argv = (const char *const *)c->argv;
 		floor_arg = -1; /* written here, the same for every master */

@@ -17,9 +17,11 @@
  *   - a round is lost as soon as the grants still possible cannot reach
  *     the quorum, or its validity is spent: the caller then undoes the
  *     grants it got, on every master at once.
- * Fences: every master reports the fence it had stored for the lock, grant
- * or not. A won round takes F = max(stored + 1 over the answers, now in us,
- * floor + 1) and writes F to a quorum before its holder hears of it. Any
+ * Fences: every master that grants reports the fence it issued (above the
+ * one it had stored). A won round takes F = max(issued + 1 over the
+ * grants, now_us, floor + 1) and writes F to a quorum before its holder
+ * hears of it (redlock.c skips the write when every grant issued the
+ * fence it proposed: that one is on a quorum already). Any
  * two quorums share a master, so the next won round sees F among its
  * answers and takes a larger one: fences increase per lock across every
  * grant, whichever majority made it.

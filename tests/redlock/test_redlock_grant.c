@@ -393,3 +393,34 @@ RL_TEST(redlock_grant, an_uncontended_grant_is_one_round_trip, 40)
 	}
 	lb_end();
 }
+
+/* A release answers the levels a quorum still holds, not the most any
+ * master holds: one master with a level the others do not have (a
+ * re-entry that reached it alone, or a release it missed) must not keep
+ * the lease for its holder while the other two have freed it; and when
+ * a quorum is at 0 that master gives its levels back too. */
+RL_TEST(redlock_grant, release_counts_what_a_quorum_holds, 40)
+{
+	lb_redis *m[3];
+	const char *name = "rl-levels", *lease;
+
+	rl_masters_start(m, 3);
+	lb_broker *b = lb_broker_start_redlock(m, 3, NULL);
+	lb_client *c1 = lb_connect(b, LB_TCP), *c2 = lb_connect(b, LB_TCP);
+
+	grant(c1, name, &lease, "first level");
+	json_t *again = lb_try_acquire(c1, name, 10000);
+	lb_expect_ok(again);
+	cr_assert_eq(lb_int(again, "count"), 2);
+	/* Master 0 alone has a third level. */
+	cr_assert_str_eq(rl_header(m[0], name, "c"), "2");
+	lb_redis_cmd(m[0], "HSET lb:{%s} c 3", name);
+
+	cr_assert_eq(lb_release(c1, lease), 1, "the quorum holds 1 level (master 0 holds 2)");
+	cr_assert_eq(lb_release(c1, lease), 0, "a quorum is at 0: released");
+	rl_wait_no_holder(m, 3, name, 2000);
+	json_t *other = lb_try_acquire(c2, name, 5000);
+	lb_expect_ok(other);
+	cr_assert_eq(lb_release(c2, lb_str(other, "lease")), 0);
+	lb_end();
+}
