@@ -147,6 +147,7 @@ struct wlock {
 	bool rl_wakeable;
 	bool rl_woken;
 	unsigned rl_losses;
+	unsigned rl_splits; /* rounds in a row that got a grant and lost */
 };
 
 struct waitq_state {
@@ -204,7 +205,8 @@ void wq_wlock_heartbeat(wlock_t *wl);
 void wq_redlock_round(wlock_t *wl);
 /* Redlock: w's round was lost and w waits on; hint: ms until a quorum
  * may be free (0: it may be now, the vote split); fresh: a master that
- * did not grant has published a release since the round went out. */
-void wq_redlock_lost(waiter_t *w, int64_t hint, bool fresh);
+ * did not grant has published a release since the round went out; split:
+ * the round got a grant (others may have split the vote with it). */
+void wq_redlock_lost(waiter_t *w, int64_t hint, bool fresh, bool split);
 
 #endif

@@ -307,6 +307,7 @@ static void acquire_reply(const redisReply *r, waiter_t *w)
 	if (status == 1) {
 		w->state = W_QUEUED;
 		w->wl->rl_losses = 0;
+		w->wl->rl_splits = 0;
 		w->wl->rl_not_before = 0;
 		grant_to(w, a, b, hold, w->sent_at);
 		return;
@@ -314,9 +315,12 @@ static void acquire_reply(const redisReply *r, waiter_t *w)
 	w->state = W_QUEUED;
 	w->unsent = false;
 	if (status == 0 && w->wait && w->end == WEND_NONE && store_redlock()) {
-		/* {0, retry_ms, fresh} (redlock.c) */
-		wq_redlock_lost(w, a, r->elements >= 3 && r->element[2]->type == REDIS_REPLY_INTEGER &&
-		                          r->element[2]->integer == 1);
+		/* {0, retry_ms, fresh, split} (redlock.c) */
+		wq_redlock_lost(w, a,
+		                r->elements >= 3 && r->element[2]->type == REDIS_REPLY_INTEGER &&
+		                    r->element[2]->integer == 1,
+		                r->elements >= 4 && r->element[3]->type == REDIS_REPLY_INTEGER &&
+		                    r->element[3]->integer == 1);
 		wq_answer_tries_behind(w);
 		return;
 	}

@@ -27,16 +27,25 @@
 #define RL_BACKOFF_MS 4
 #define RL_BACKOFF_SHIFT_MAX 5
 #define RL_JITTER_MS 5
+/* Rounds in a row that got a grant and lost before the next backs off:
+ * one such loss is most often a rival that won (it holds the others). */
+#define RL_SPLITS_BACK_OFF 3
 
-void wq_redlock_lost(waiter_t *w, int64_t hint, bool fresh)
+void wq_redlock_lost(waiter_t *w, int64_t hint, bool fresh, bool split)
 {
 	wlock_t *wl = w->wl;
 	uint64_t now = timers_now(), at;
 
 	w->unsent = true;
-	if (hint <= 0) {
-		unsigned shift = wl->rl_losses < RL_BACKOFF_SHIFT_MAX ? wl->rl_losses : RL_BACKOFF_SHIFT_MAX;
-		wl->rl_losses++;
+	wl->rl_splits = split ? wl->rl_splits + 1 : 0;
+	if (hint <= 0 || wl->rl_splits >= RL_SPLITS_BACK_OFF) {
+		/* The vote split: a quorum may be free now, or rounds that got
+		 * a grant lost RL_SPLITS_BACK_OFF times in a row (its rivals'
+		 * fresh grants look held, so their wakes would bring them all
+		 * back together). A random while, growing with the losses, so
+		 * that brokers woken together do not meet again. */
+		unsigned k = hint <= 0 ? wl->rl_losses++ : wl->rl_splits - RL_SPLITS_BACK_OFF;
+		unsigned shift = k < RL_BACKOFF_SHIFT_MAX ? k : RL_BACKOFF_SHIFT_MAX;
 		at = now + 1 + random_below((uint32_t)RL_BACKOFF_MS << shift);
 		wl->rl_wakeable = false;
 	} else {

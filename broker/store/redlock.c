@@ -622,13 +622,12 @@ static void lose(rl_call_t *c)
 	} else if (full >= c->quorum) {
 		deliver(c, ints(&b, 2, -2, 0, 0, 0));
 	} else {
-		/* When a quorum may be free: the quorum-th smallest wait. A
-		 * round that got a grant and still lost split the vote with
-		 * others (their fresh grants look held for a whole TTL): 0, so
-		 * the waiter backs off a random while (waitq_wake.c) rather
-		 * than run again in step with them on the next wake. */
-		int64_t hint = taken ? 0 : kth_largest(retry, nretry, c->n - c->quorum + 1);
-		deliver(c, ints(&b, 3, 0, hint, fresh, 0));
+		/* When a quorum may be free: the quorum-th smallest wait;
+		 * fresh (above); and whether it got a grant and still lost: the
+		 * vote may have split with others, whose fresh grants look held
+		 * for a whole TTL (waitq_wake.c backs off when that repeats). */
+		int64_t hint = kth_largest(retry, nretry, c->n - c->quorum + 1);
+		deliver(c, ints(&b, 4, 0, hint, fresh, taken));
 	}
 }
 
