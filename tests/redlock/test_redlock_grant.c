@@ -424,3 +424,41 @@ RL_TEST(redlock_grant, release_counts_what_a_quorum_holds, 40)
 	cr_assert_eq(lb_release(c2, lb_str(other, "lease")), 0);
 	lb_end();
 }
+
+/* inspect says which masters hold the lock: "masters" lists every master
+ * in the order given, holds true where it shows the holder, false where
+ * it shows none, null where it did not answer (a master stopped). */
+RL_TEST(redlock_grant, inspect_names_the_masters_that_hold_it, 40)
+{
+	lb_redis *m[3];
+	const char *name = "rl-who", *lease;
+
+	rl_masters_start(m, 3);
+	lb_broker *b = lb_broker_start_redlock(m, 3, NULL);
+	lb_client *c = lb_connect(b, LB_TCP);
+
+	json_t *in = lb_inspect(c, name);
+	json_t *ms = lb_get(in, "masters");
+	cr_assert_eq(json_array_size(ms), 3, "%s", lb_dump(in));
+	for (int i = 0; i < 3; i++) {
+		cr_assert_str_eq(json_string_value(json_object_get(json_array_get(ms, i), "addr")),
+		                 rl_addr(m[i]));
+		cr_assert(json_is_false(json_object_get(json_array_get(ms, i), "holds")), "%s",
+		          lb_dump(in));
+	}
+	grant(c, name, &lease, "held");
+	lb_sleep_ms(100); /* every master's part of the round ran */
+	lb_redis_stop(m[1]);
+	rl_wait_master(c, m[1], false, 5000);
+	in = lb_inspect(c, name);
+	ms = lb_get(in, "masters");
+	cr_assert_str_eq(lb_str(in, "state"), "exclusive", "%s", lb_dump(in));
+	cr_assert(json_is_true(json_object_get(json_array_get(ms, 0), "holds")), "%s", lb_dump(in));
+	cr_assert(json_is_null(json_object_get(json_array_get(ms, 1), "holds")), "%s", lb_dump(in));
+	cr_assert(json_is_true(json_object_get(json_array_get(ms, 2), "holds")), "%s", lb_dump(in));
+	cr_assert_eq(lb_release(c, lease), 0);
+	in = lb_inspect(c, name);
+	cr_assert_str_eq(lb_str(in, "state"), "free", "%s", lb_dump(in));
+	cr_assert(json_is_false(json_object_get(json_array_get(lb_get(in, "masters"), 0), "holds")));
+	lb_end();
+}
