@@ -38,7 +38,7 @@ REDLOCK_SRCS := $(wildcard tests/redlock/*.c)
 REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.o
 SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o
 
-.PHONY: all deps run test unit integration ha cluster redlock clean install bench bench-ha bench-cluster bench-redlock bench-tools fuzz fuzz-protocol deps-check
+.PHONY: all deps run test test-clients unit integration ha cluster redlock clean install bench bench-ha bench-cluster bench-redlock bench-tools fuzz fuzz-protocol deps-check
 # lockctl, the command-line client, is built once its sources exist.
 LOCKCTL_BIN := $(if $(LOCKCTL_SRCS),build/lockctl)
 LOCKCTL_SAN := $(if $(LOCKCTL_SRCS),build/san/lockctl)
@@ -142,6 +142,8 @@ test: deps deps-check
 	$(TEST_ENV) build/san/ha_tests --jobs 1
 	$(TEST_ENV) build/san/cluster_tests --jobs 1
 	$(TEST_ENV) build/san/redlock_tests --jobs 1
+	@CLIENTS=1 sh deploy/install-deps.sh
+	$(TEST_ENV) sh tests/clients/run-all.sh
 
 unit: build/san/unit_tests
 	$(TEST_ENV) build/san/unit_tests
@@ -153,6 +155,11 @@ cluster: build/san/lockbrokerd build/san/cluster_tests
 	$(TEST_ENV) build/san/cluster_tests --jobs 1
 redlock: build/san/lockbrokerd build/san/redlock_tests
 	$(TEST_ENV) build/san/redlock_tests --jobs 1
+# Client libraries (issue 19; clients/*/README.md): each one's own tests
+# against a private redis-server and brokers (tests/clients/).
+test-clients: build/san/lockbrokerd
+	@CLIENTS=1 sh deploy/install-deps.sh
+	$(TEST_ENV) sh tests/clients/run-all.sh
 
 # Binaries, the systemd unit (paths filled in), its user, and an example
 # config that never overwrites an existing one.

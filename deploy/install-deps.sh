@@ -2,13 +2,17 @@
 # Installs, only when missing, every Debian package lockbroker needs to build,
 # test and run. Safe to run again: it does nothing when all are present.
 # FUZZ=1 (make fuzz-protocol) adds clang and its libFuzzer runtime, which
-# nothing else needs.
+# nothing else needs. CLIENTS=1 (make test, make test-clients) adds what
+# the client libraries' tests run on: python3, golang-go and nodejs.
 set -eu
 
 PKGS="build-essential pkg-config xxd libuv1-dev libhiredis-dev libjansson-dev \
 libcriterion-dev redis-server redis-tools socat curl"
 if [ "${FUZZ:-}" = 1 ]; then
 	PKGS="$PKGS clang libclang-rt-dev"
+fi
+if [ "${CLIENTS:-}" = 1 ]; then
+	PKGS="$PKGS python3 golang-go nodejs"
 fi
 
 missing=""

@@ -1,0 +1,48 @@
+#!/bin/sh
+# tests/clients/run-all.sh: every client library's tests (clients/*/),
+# each against its own private redis-server and brokers
+# (tests/clients/with-broker.sh). `make test-clients` runs it, and `make
+# test` after the broker's own tests. A client whose directory is not
+# there yet is skipped, saying so. Exits non-zero when any suite failed.
+set -eu
+
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$top"
+wb="sh tests/clients/with-broker.sh"
+failed=""
+
+run() { # name command...
+	name=$1
+	shift
+	echo "== clients: $name"
+	if "$@"; then
+		echo "== clients: $name passed"
+	else
+		echo "== clients: $name FAILED" >&2
+		failed="$failed $name"
+	fi
+}
+
+if [ -d clients/python/tests ]; then
+	run python $wb python3 -m unittest discover -s clients/python/tests -t clients/python
+else
+	echo "== clients: python: not there yet"
+fi
+if [ -f clients/go/go.mod ]; then
+	# The module has no dependencies; its build cache stays in build/.
+	mkdir -p "$top/build/go-cache"
+	run go env GOCACHE="$top/build/go-cache" GOFLAGS=-mod=mod GOPROXY=off \
+		$wb sh -c 'cd clients/go && go test -count=1 ./...'
+else
+	echo "== clients: go: not there yet"
+fi
+if [ -d clients/node/test ]; then
+	run node $wb node --test clients/node/test/
+else
+	echo "== clients: node: not there yet"
+fi
+
+if [ -n "$failed" ]; then
+	echo "clients: failed:$failed" >&2
+	exit 1
+fi
