@@ -1,0 +1,412 @@
+"""The asyncio client: :class:`AsyncClient` and :class:`AsyncLease`.
+
+Same sessions, routing and lease book as the threaded client (``_core``),
+driven by an ``asyncio.Protocol`` instead of threads: ``data_received``
+routes answers by ``id`` and events by lease, ``connection_lost`` fails the
+pending requests and loses the session's leases. Everything runs on the
+event loop the client was first used on; an ``AsyncClient`` is shared by
+tasks of that loop, not by threads.
+
+Invariants:
+
+- each asyncio task is its own reentrancy owner unless the client or the
+  call names one, so two tasks sharing the client exclude each other;
+- a task cancelled while its acquire waits sends ``cancel`` for it; a grant
+  that raced the cancel is released, never leaked to nobody;
+- a dropped session is never re-used: the next request opens a new one
+  (with backoff after failed attempts), and a lease bound to the dropped
+  session is lost (``disconnected``) and never sent on the new one;
+- with ``keepalive_ms``, a timer pings a quiet session and ends one whose
+  broker has not answered for all of it (its leases are lost: the broker,
+  not hearing from us either, ends the session too);
+- ``on_lost`` callbacks run on the loop via ``call_soon`` (a coroutine
+  function's coroutine becomes a task), never inside the protocol callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ._core import AcquireMeta, ClientCore, LeaseBase, Session, acquire_fields, log, refuse_id
+from ._wire import LineBuffer
+from .errors import Cancelled, Disconnected, LeaseLost, LockbrokerError, NotHeld
+from .info import LeaseInfo, LockInfo, strip
+
+__all__ = ["AsyncClient", "AsyncLease"]
+
+
+class AsyncLease(LeaseBase):
+    """A held lease of an :class:`AsyncClient` (one acquire's level of it).
+    An async context manager: leaving ``async with`` releases it, or raises
+    :class:`LeaseLost` if it was lost. Same attributes as :class:`Lease`."""
+
+    __slots__ = ()
+
+    async def release(self) -> int:
+        """Releases this level; returns the count the lease has left."""
+        reply = await self._lease_call("release", {"lease": self.token})
+        self._released = True
+        return reply.get("count")
+
+    async def extend(self, ttl_ms: int) -> int:
+        """Sets the remaining lifetime to ``ttl_ms``; returns the new lifetime."""
+        reply = await self._lease_call("extend", {"lease": self.token, "ttl_ms": ttl_ms})
+        return reply.get("ttl_ms")
+
+    async def wait_lost(self) -> str:
+        """Waits until the lease is lost; returns the reason."""
+        st = self._state
+        if st.lost_reason is None:
+            if st.aevent is None:
+                st.aevent = asyncio.Event()
+            await st.aevent.wait()
+        return st.lost_reason
+
+    async def _lease_call(self, op: str, fields: dict) -> dict:
+        self._usable()
+        st = self._state
+        try:
+            return await self._client._call(op, fields,
+                                            session=None if st.detached else st.session)
+        except LeaseLost:
+            raise
+        except NotHeld as e:
+            self._client._lose_now(st, "not_held")
+            raise LeaseLost(self, st.lost_reason) from e
+        except Disconnected:
+            self._check_lost()
+            raise
+
+    async def __aenter__(self) -> "AsyncLease":
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        if self._released:
+            return False
+        st = self._state
+        if st.lost_reason is not None:
+            if isinstance(exc, LeaseLost) and getattr(exc.lease, "_state", None) is st:
+                return False
+            raise LeaseLost(self, st.lost_reason)
+        await self.release()
+        return False
+
+
+class _AsyncLockScope:
+    """``async with client.lock(...) as lease``."""
+
+    __slots__ = ("_client", "_name", "_kwargs", "_lease")
+
+    def __init__(self, client: "AsyncClient", name: str, kwargs: dict):
+        self._client = client
+        self._name = name
+        self._kwargs = kwargs
+        self._lease: AsyncLease | None = None
+
+    async def __aenter__(self) -> AsyncLease:
+        self._lease = await self._client.acquire(self._name, **self._kwargs)
+        return self._lease
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        return await self._lease.__aexit__(exc_type, exc, tb)
+
+
+class _AsyncSession(Session, asyncio.Protocol):
+    """A session over an asyncio transport."""
+
+    def __init__(self, client: "AsyncClient"):
+        Session.__init__(self)
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.buf = LineBuffer()
+        self.paused = False
+        self.drainers: list = []
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.last_recv = time.monotonic()
+        try:
+            msgs = self.buf.feed(data)
+        except ValueError as e:
+            log.warning("lockbroker: unreadable line from the broker: %s", e)
+            self.transport.abort()
+            return
+        for msg in msgs:
+            self.client._route(self, msg)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc) -> None:
+        self.client._session_ended(self, exc)
+        self.resume_writing()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        drainers, self.drainers = self.drainers, []
+        for fut in drainers:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def drain(self) -> None:
+        if self.paused and not self.closed:
+            fut = asyncio.get_running_loop().create_future()
+            self.drainers.append(fut)
+            await fut
+
+    def write(self, line: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(line)
+            self.last_send = time.monotonic()
+
+    def kill(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class AsyncClient(ClientCore):
+    """The asyncio counterpart of :class:`Client`, same arguments; every
+    request method is a coroutine and :meth:`lock` an async context manager.
+
+    Use it from one event loop. ``async with AsyncClient(...) as client:``
+    closes it on leaving.
+    """
+
+    _lease_class = AsyncLease
+
+    def __init__(self, url: str | None = None, *, auth: str | None = None,
+                 auth_file: str | None = None, label: str | None = None,
+                 keepalive_ms: int | None = None, owner: str | None = None,
+                 connect_timeout: float = 5.0):
+        super().__init__(url, auth, auth_file, label, keepalive_ms, owner, connect_timeout)
+        self._connect_mu = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set = set()
+        self._keepalive_timer: asyncio.TimerHandle | None = None
+
+    # ---- the public API ---------------------------------------------------
+
+    async def connect(self) -> "AsyncClient":
+        """Opens the session now (else the first request does); returns self."""
+        await self._session()
+        return self
+
+    @property
+    def server(self) -> dict | None:
+        """hello's answer on the current session, None while there is none."""
+        s = self._current
+        return s.info if s is not None and not s.closed else None
+
+    async def acquire(self, name: str, *, mode: str | None = None, limit: int | None = None,
+                      ttl_ms: int | None = None, wait_ms: int | None = None,
+                      watchdog: bool | None = None, owner: str | None = None,
+                      fair: bool | None = None, detach: bool = False,
+                      max_hold_ms: int | None = None, on_lost=None,
+                      cancel=None) -> AsyncLease:
+        """As :meth:`Client.acquire`. Cancelling the awaiting task while the
+        acquire waits sends ``cancel`` to the broker (and releases the lease
+        if it was granted meanwhile); ``cancel`` may also be a
+        :class:`CancelToken` set from any thread."""
+        owner = self._owner_for(owner)
+        fields = acquire_fields(name, mode, limit, ttl_ms, wait_ms, watchdog, owner, fair,
+                                detach, max_hold_ms)
+        meta = AcquireMeta(name, bool(detach), owner, on_lost)
+        return await self._call("acquire", fields, meta=meta, cancel=cancel)
+
+    def lock(self, name: str, **kwargs) -> _AsyncLockScope:
+        """``async with client.lock(name, ...) as lease:`` (arguments as
+        :meth:`acquire`); leaving after a loss raises :class:`LeaseLost`."""
+        return _AsyncLockScope(self, name, kwargs)
+
+    async def release_token(self, token: str) -> int:
+        """Releases one level of a lease by its token; returns the count left."""
+        return (await self._call("release", {"lease": token})).get("count")
+
+    async def extend_token(self, token: str, ttl_ms: int) -> int:
+        """Extends a lease by its token; returns its new lifetime in ms."""
+        return (await self._call("extend", {"lease": token, "ttl_ms": ttl_ms})).get("ttl_ms")
+
+    async def inspect(self, name: str) -> LockInfo:
+        return LockInfo.from_wire(await self._call("inspect", {"lock": name}))
+
+    async def leases(self) -> list[LeaseInfo]:
+        reply = await self._call("leases", {})
+        return [LeaseInfo.from_wire(r) for r in reply.get("leases") or ()]
+
+    async def stats(self) -> dict:
+        return strip(await self._call("stats", {}))
+
+    async def ping(self) -> dict:
+        return strip(await self._call("ping", {}))
+
+    async def request(self, op: str, **fields) -> dict:
+        """Any op with any fields; the answer without its envelope."""
+        refuse_id(fields)
+        return strip(await self._call(op, fields))
+
+    async def close(self) -> None:
+        """Ends the session (its leases are reported lost, reason ``closed``)."""
+        self._closed = True
+        if self._keepalive_timer is not None:
+            self._keepalive_timer.cancel()
+        s = self._current
+        if s is not None:
+            s.end_reason = "closed"
+            s.kill()
+            self._session_ended(s)
+        await asyncio.sleep(0)
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        s = self._current
+        state = "closed" if self._closed else ("connected" if s and not s.closed else "idle")
+        return f"<AsyncClient {self.url} {state}>"
+
+    # ---- requests ---------------------------------------------------------
+
+    async def _call(self, op: str, fields: dict, *, meta=None, cancel=None, session=None):
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("the acquire was cancelled before it was sent", op=op)
+        if session is None:
+            session = await self._session()
+        fut = self._loop.create_future()
+        pending, line = self._register(session, op, fields, meta, fut)
+        session.write(line)
+        hook = None
+        if cancel is not None:
+            loop = self._loop
+
+            def hook():
+                loop.call_soon_threadsafe(self._send_nowait, session, "cancel",
+                                          {"target": pending.id})
+            cancel._hook(hook)
+        try:
+            await session.drain()
+            await fut
+        except asyncio.CancelledError:
+            if op == "acquire":
+                self._abandon(session, pending)
+            else:
+                self._unregister(session, pending)
+            raise
+        finally:
+            if hook is not None:
+                cancel._unhook(hook)
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    def _send_nowait(self, session, op, fields) -> None:
+        try:
+            pending, line = self._register(session, op, fields)
+        except LockbrokerError as e:
+            log.debug("lockbroker: %s not sent: %s", op, e)
+            return
+        session.write(line)
+
+    def _wake(self, pending) -> None:
+        if not pending.waiter.done():
+            pending.waiter.set_result(None)
+
+    def _post(self, fn, *args) -> None:
+        self._loop.call_soon(self._run_callback, fn, args)
+
+    def _run_callback(self, fn, args) -> None:
+        try:
+            result = fn(*args)
+            if asyncio.iscoroutine(result):
+                task = self._loop.create_task(result)
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        except Exception:
+            log.exception("lockbroker: a callback raised")
+
+    # ---- sessions ---------------------------------------------------------
+
+    async def _session(self) -> _AsyncSession:
+        s = self._current
+        if s is not None and not s.closed:
+            return s
+        async with self._connect_mu:
+            s = self._current
+            if s is not None and not s.closed:
+                return s
+            self._loop = asyncio.get_running_loop()
+            hello = self._hello_fields()
+            deadline = time.monotonic() + self.connect_timeout
+            last: Exception | None = None
+            while True:
+                if self._closed:
+                    raise Disconnected("the client is closed")
+                wait = self._attempt_delay(deadline, last)
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                try:
+                    s = await self._open(deadline, hello)
+                except (OSError, asyncio.TimeoutError, Disconnected) as e:
+                    last = e
+                    self._attempt_failed()
+                    continue
+                except LockbrokerError:
+                    self._attempt_failed()
+                    raise
+                with self._mu:
+                    if self._closed:  # closed while this session was opening
+                        s.kill()
+                        continue
+                    self._attempt_succeeded(s)
+                if self.keepalive_ms is not None and self._keepalive_timer is None:
+                    self._keepalive_tick()
+                return s
+
+    async def _open(self, deadline: float, hello: dict) -> _AsyncSession:
+        addr = self._address
+        loop = self._loop
+        remaining = max(0.001, deadline - time.monotonic())
+        if addr.kind == "tcp":
+            connecting = loop.create_connection(lambda: _AsyncSession(self), addr.host, addr.port)
+        else:
+            connecting = loop.create_unix_connection(lambda: _AsyncSession(self), addr.path)
+        _, session = await asyncio.wait_for(connecting, remaining)
+        fut = loop.create_future()
+        try:
+            pending, line = self._register(session, "hello", hello, None, fut)
+            session.write(line)
+            remaining = max(0.001, deadline - time.monotonic())
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except asyncio.TimeoutError:
+                raise Disconnected(f"no answer to hello from {self.url}", op="hello") from None
+            self._hello_answered(session, pending)
+        except BaseException:
+            session.kill()
+            self._session_ended(session)
+            raise
+        return session
+
+    def _keepalive_tick(self) -> None:
+        """Pings a quiet session, ends one whose broker fell silent
+        (``ClientCore._keepalive_due``); runs every sixth of keepalive_ms."""
+        if self._closed:
+            return
+        s = self._current
+        if s is not None and not s.closed:
+            due = self._keepalive_due(s)
+            if due == "ping":
+                self._send_nowait(s, "ping", {})
+            elif due == "dead":
+                s.kill()
+                self._session_ended(s)
+        self._keepalive_timer = self._loop.call_later(self.keepalive_ms / 6000.0,
+                                                      self._keepalive_tick)

@@ -1,0 +1,501 @@
+"""The threaded client: :class:`Client`, :class:`Lease`, :class:`CancelToken`.
+
+One ``Client`` holds at most one session (one socket) at a time and may be
+shared by any number of threads. Threads around it:
+
+- the callers: each writes its request under the session's write lock and
+  sleeps on a lock of its own until the reader hands it the answer;
+- one reader per session: reads lines, routes answers by ``id`` and events
+  by lease (``ClientCore._route``), and when the socket ends, fails the
+  pending requests and loses the session's leases (``_session_ended``);
+- one callback thread per client: runs ``on_lost`` callbacks and the
+  requests the reader must not write itself (releasing a grant nobody waits
+  for), so neither can stall the reader;
+- one keepalive thread while ``keepalive_ms`` is set: pings when the
+  session has been quiet for a third of it, and ends the session when the
+  broker has not answered for all of it (the broker, not hearing from us
+  either, ends it too: its leases are lost, so they are reported lost).
+
+Invariants:
+
+- only the reader closes its socket; everyone else only shuts it down, so a
+  descriptor is never closed under a thread still writing to it;
+- a dropped session is never re-used: the next request opens a new one
+  (with backoff after failed attempts), and a lease bound to the dropped
+  session is lost (``disconnected``) and never sent on the new one;
+- each thread is its own reentrancy owner unless the client or the call
+  names one, so two threads sharing the client exclude each other.
+"""
+
+from __future__ import annotations
+
+import _thread
+import queue
+import socket
+import threading
+import time
+
+from ._core import AcquireMeta, ClientCore, LeaseBase, Session, acquire_fields, log, refuse_id
+from ._wire import LineBuffer
+from .errors import Cancelled, Disconnected, LeaseLost, LockbrokerError, NotHeld
+from .info import LeaseInfo, LockInfo, strip
+
+__all__ = ["Client", "Lease", "CancelToken"]
+
+
+class CancelToken(threading.Event):
+    """A ``threading.Event`` that cancels the waiting acquires it is given to.
+
+    Pass it as ``cancel=`` to :meth:`Client.acquire` or :meth:`Client.lock`;
+    ``token.set()`` (or ``token.cancel()``) from any thread sends ``cancel``
+    for each acquire still waiting, which then raises :class:`Cancelled`. An
+    acquire given a token that is already set raises at once, sending nothing.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._hooks_mu = threading.Lock()
+        self._hooks: list = []
+
+    def set(self) -> None:
+        with self._hooks_mu:
+            super().set()
+            hooks, self._hooks = self._hooks, []
+        for fn in hooks:
+            fn()
+
+    def cancel(self) -> None:
+        """Same as ``set()``."""
+        self.set()
+
+    def _hook(self, fn) -> None:
+        with self._hooks_mu:
+            if not self.is_set():
+                self._hooks.append(fn)
+                return
+        fn()
+
+    def _unhook(self, fn) -> None:
+        with self._hooks_mu:
+            if fn in self._hooks:
+                self._hooks.remove(fn)
+
+
+class Lease(LeaseBase):
+    """A held lease (one acquire's level of it). A context manager: leaving
+    the ``with`` releases it, or raises :class:`LeaseLost` if it was lost.
+
+    Attributes (read-only): ``name``, ``mode``, ``fence`` (raises
+    :class:`LeaseLost` once lost), ``token``, ``ttl_ms``, ``count``,
+    ``detached``, ``owner``, ``lost`` (a ``threading.Event``),
+    ``lost_reason``, ``released``, ``held``.
+    """
+
+    __slots__ = ()
+
+    def release(self) -> int:
+        """Releases this level; returns the count the lease has left (0: the
+        lock is free). Raises :class:`LeaseLost` if the lease was lost,
+        :class:`NotHeld` if this handle was already released."""
+        reply = self._lease_call("release", {"lease": self.token})
+        self._released = True
+        return reply.get("count")
+
+    def extend(self, ttl_ms: int) -> int:
+        """Sets the remaining lifetime to ``ttl_ms``; returns the lifetime
+        the lease now has (less where ``max_hold_ms`` ends it sooner)."""
+        reply = self._lease_call("extend", {"lease": self.token, "ttl_ms": ttl_ms})
+        return reply.get("ttl_ms")
+
+    def _lease_call(self, op: str, fields: dict) -> dict:
+        self._usable()
+        st = self._state
+        try:
+            # A bound lease is only ever used on the session that granted it.
+            return self._client._call(op, fields, session=None if st.detached else st.session)
+        except LeaseLost:
+            raise
+        except NotHeld as e:
+            # Not released by this client, yet the broker no longer has it.
+            self._client._lose_now(st, "not_held")
+            raise LeaseLost(self, st.lost_reason) from e
+        except Disconnected:
+            self._check_lost()
+            raise
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if self._released:
+            return False
+        st = self._state
+        if st.lost_reason is not None:
+            if isinstance(exc, LeaseLost) and getattr(exc.lease, "_state", None) is st:
+                return False
+            raise LeaseLost(self, st.lost_reason)
+        self.release()
+        return False
+
+
+class _LockScope:
+    """``with client.lock(...) as lease``: acquires on enter, releases on exit."""
+
+    __slots__ = ("_client", "_name", "_kwargs", "_lease")
+
+    def __init__(self, client: "Client", name: str, kwargs: dict):
+        self._client = client
+        self._name = name
+        self._kwargs = kwargs
+        self._lease: Lease | None = None
+
+    def __enter__(self) -> Lease:
+        self._lease = self._client.acquire(self._name, **self._kwargs)
+        return self._lease
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        return self._lease.__exit__(exc_type, exc, tb)
+
+
+class _SyncSession(Session):
+    """A session over a blocking socket, with its reader thread."""
+
+    def __init__(self, sock: socket.socket):
+        super().__init__()
+        self.sock = sock
+        self.wlock = threading.Lock()
+        self.reader: threading.Thread | None = None
+
+    def kill(self) -> None:
+        """Shuts the socket down; the reader sees the end and closes it."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+class Client(ClientCore):
+    """A connection to lockbrokerd, safe to share between threads.
+
+    ``url`` is ``tcp://HOST:PORT`` or ``unix:///PATH`` (default: as lockctl,
+    ``$LOCKBROKER_URL``, else the default socket if it exists, else
+    ``tcp://127.0.0.1:7380``). ``auth`` is the broker's secret, or
+    ``auth_file`` a file holding it (read at each connection). ``label`` is
+    the ``client`` label ``inspect`` shows. ``keepalive_ms`` asks the broker
+    to end the session if it hears nothing for that long (the client pings
+    in time). ``owner`` fixes the reentrancy owner of every acquire (default:
+    one per thread and per asyncio task). ``connect_timeout`` bounds, in
+    seconds, how long a request waits for a session to be opened.
+
+    The connection is opened by the first request (or :meth:`connect`) and
+    opened again, with backoff after failures, by the first request after it
+    dropped.
+    """
+
+    _lease_class = Lease
+
+    def __init__(self, url: str | None = None, *, auth: str | None = None,
+                 auth_file: str | None = None, label: str | None = None,
+                 keepalive_ms: int | None = None, owner: str | None = None,
+                 connect_timeout: float = 5.0):
+        super().__init__(url, auth, auth_file, label, keepalive_ms, owner, connect_timeout)
+        self._connect_mu = threading.Lock()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._service: threading.Thread | None = None
+        self._keepalive: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # ---- the public API ---------------------------------------------------
+
+    def connect(self) -> "Client":
+        """Opens the session now (else the first request does); returns self."""
+        self._session()
+        return self
+
+    @property
+    def server(self) -> dict | None:
+        """hello's answer on the current session (server, proto, session,
+        broker, limits), None while there is none."""
+        s = self._current
+        return s.info if s is not None and not s.closed else None
+
+    def acquire(self, name: str, *, mode: str | None = None, limit: int | None = None,
+                ttl_ms: int | None = None, wait_ms: int | None = None,
+                watchdog: bool | None = None, owner: str | None = None,
+                fair: bool | None = None, detach: bool = False,
+                max_hold_ms: int | None = None, on_lost=None,
+                cancel: CancelToken | None = None) -> Lease:
+        """Acquires lock ``name``; returns its :class:`Lease`.
+
+        ``mode`` "exclusive" (default) or "shared"; ``limit`` makes the name a
+        semaphore with that many permits; ``wait_ms`` None waits until
+        granted, 0 tries once; ``ttl_ms``, ``watchdog``, ``fair``, ``detach``,
+        ``max_hold_ms`` as in the protocol (None: the broker's default).
+        ``on_lost(lease)`` is called once if the lease is lost. ``cancel`` is a
+        :class:`CancelToken` that cancels the wait. Raises
+        :class:`LockTimeout` when ``wait_ms`` ran out, :class:`Cancelled`, and
+        the other errors by their code. Interrupted while waiting (e.g.
+        KeyboardInterrupt), it cancels the acquire at the broker, releasing
+        the lease if it was granted meanwhile.
+        """
+        owner = self._owner_for(owner)
+        fields = acquire_fields(name, mode, limit, ttl_ms, wait_ms, watchdog, owner, fair,
+                                detach, max_hold_ms)
+        meta = AcquireMeta(name, bool(detach), owner, on_lost)
+        return self._call("acquire", fields, meta=meta, cancel=cancel)
+
+    def lock(self, name: str, **kwargs) -> _LockScope:
+        """``with client.lock(name, ...) as lease:`` acquires (same arguments
+        as :meth:`acquire`) and releases on leaving; leaving after the lease
+        was lost raises :class:`LeaseLost` instead."""
+        return _LockScope(self, name, kwargs)
+
+    def release_token(self, token: str) -> int:
+        """Releases one level of a lease by its token (e.g. a detached lease
+        taken by another process); returns the count left."""
+        return self._call("release", {"lease": token}).get("count")
+
+    def extend_token(self, token: str, ttl_ms: int) -> int:
+        """Extends a lease by its token; returns its new lifetime in ms."""
+        return self._call("extend", {"lease": token, "ttl_ms": ttl_ms}).get("ttl_ms")
+
+    def inspect(self, name: str) -> LockInfo:
+        """The lock's state, holders (without tokens), waiters and last fence."""
+        return LockInfo.from_wire(self._call("inspect", {"lock": name}))
+
+    def leases(self) -> list[LeaseInfo]:
+        """The leases this client's current session holds."""
+        return [LeaseInfo.from_wire(r) for r in self._call("leases", {}).get("leases") or ()]
+
+    def stats(self) -> dict:
+        """The broker's counters (uptime_s, sessions, leases, redis, ...)."""
+        return strip(self._call("stats", {}))
+
+    def ping(self) -> dict:
+        """``{"redis": "up"|"down"}`` (and whatever the broker adds)."""
+        return strip(self._call("ping", {}))
+
+    def request(self, op: str, **fields) -> dict:
+        """Sends any op with any fields and returns the answer without its
+        envelope; the escape hatch for ops this library does not wrap."""
+        refuse_id(fields)
+        return strip(self._call(op, fields))
+
+    def close(self) -> None:
+        """Ends the session (the broker releases its leases, which are
+        reported lost with reason ``closed``) and stops the client's threads.
+        The client cannot be used again."""
+        self._closed = True
+        self._stop.set()
+        s = self._current
+        if s is not None:
+            s.end_reason = "closed"
+            s.kill()
+            self._session_ended(s)
+            if s.reader is not None and s.reader is not threading.current_thread():
+                s.reader.join(5)
+        if self._service is not None:
+            self._queue.put(None)
+            if self._service is not threading.current_thread():
+                self._service.join(5)
+        if self._keepalive is not None and self._keepalive is not threading.current_thread():
+            self._keepalive.join(5)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        s = self._current
+        state = "closed" if self._closed else ("connected" if s and not s.closed else "idle")
+        return f"<Client {self.url} {state}>"
+
+    # ---- requests ---------------------------------------------------------
+
+    def _call(self, op: str, fields: dict, *, meta=None, cancel=None, session=None):
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("the acquire was cancelled before it was sent", op=op)
+        if session is None:
+            session = self._session()
+        waiter = _thread.allocate_lock()
+        waiter.acquire()
+        pending, line = self._register(session, op, fields, meta, waiter)
+        hook = None
+        try:
+            self._write(session, line)
+            if cancel is not None:
+                def hook():
+                    self._send_nowait(session, "cancel", {"target": pending.id})
+                cancel._hook(hook)
+            waiter.acquire()
+        except BaseException:
+            # Given up (KeyboardInterrupt, say): cancel or give back an acquire.
+            if op == "acquire":
+                self._abandon(session, pending)
+            else:
+                self._unregister(session, pending)
+            raise
+        finally:
+            if hook is not None:
+                cancel._unhook(hook)
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    def _write(self, session: _SyncSession, line: bytes) -> None:
+        """Writes one line. A failed write ends the session (its requests,
+        this one included, then fail with Disconnected); so does one cut
+        short by an exception (a signal handler's), since the rest of the
+        stream could not be read as lines any more, and that exception
+        propagates."""
+        with session.wlock:
+            try:
+                session.sock.sendall(line)
+            except BaseException as e:
+                session.kill()
+                self._session_ended(session, e)
+                if not isinstance(e, OSError):
+                    raise
+                return
+            session.last_send = time.monotonic()
+
+    def _send_nowait(self, session, op, fields) -> None:
+        try:
+            pending, line = self._register(session, op, fields)
+        except LockbrokerError as e:
+            log.debug("lockbroker: %s not sent: %s", op, e)
+            return
+        self._write(session, line)
+
+    def _wake(self, pending) -> None:
+        pending.waiter.release()
+
+    def _post(self, fn, *args) -> None:
+        self._queue.put((fn, args))
+
+    # ---- sessions ---------------------------------------------------------
+
+    def _session(self) -> _SyncSession:
+        s = self._current
+        if s is not None and not s.closed:
+            return s
+        with self._connect_mu:
+            s = self._current
+            if s is not None and not s.closed:
+                return s
+            hello = self._hello_fields()
+            deadline = time.monotonic() + self.connect_timeout
+            last: Exception | None = None
+            while True:
+                if self._closed:
+                    raise Disconnected("the client is closed")
+                wait = self._attempt_delay(deadline, last)
+                if wait > 0:
+                    time.sleep(wait)
+                try:
+                    s = self._open(deadline, hello)
+                except (OSError, Disconnected) as e:
+                    last = e
+                    self._attempt_failed()
+                    continue
+                except LockbrokerError:
+                    self._attempt_failed()
+                    raise
+                with self._mu:
+                    if self._closed:  # closed while this session was opening
+                        s.kill()
+                        continue
+                    self._attempt_succeeded(s)
+                self._start_threads()
+                return s
+
+    def _open(self, deadline: float, hello: dict) -> _SyncSession:
+        """Connects, starts the reader, says hello; the new session or an
+        error (OSError, Disconnected, the hello's error)."""
+        addr = self._address
+        remaining = max(0.001, deadline - time.monotonic())
+        if addr.kind == "tcp":
+            sock = socket.create_connection((addr.host, addr.port), timeout=remaining)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        else:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(remaining)
+                sock.connect(addr.path)
+            except BaseException:
+                sock.close()
+                raise
+        sock.settimeout(None)
+        session = _SyncSession(sock)
+        session.reader = threading.Thread(target=self._read_loop, args=(session,),
+                                          name="lockbroker-reader", daemon=True)
+        session.reader.start()
+        waiter = _thread.allocate_lock()
+        waiter.acquire()
+        try:
+            pending, line = self._register(session, "hello", hello, None, waiter)
+            self._write(session, line)
+            if not waiter.acquire(timeout=max(0.001, deadline - time.monotonic())):
+                raise Disconnected(f"no answer to hello from {self.url}", op="hello")
+            self._hello_answered(session, pending)
+        except BaseException:
+            session.kill()
+            self._session_ended(session)
+            raise
+        return session
+
+    def _read_loop(self, session: _SyncSession) -> None:
+        buf = LineBuffer()
+        sock = session.sock
+        error = None
+        try:
+            while True:
+                data = sock.recv(262144)
+                if not data:
+                    break
+                session.last_recv = time.monotonic()
+                for msg in buf.feed(data):
+                    self._route(session, msg)
+        except (OSError, ValueError) as e:
+            error = e
+        except Exception as e:  # a bug in routing: end the session, loudly
+            log.exception("lockbroker: reader failed")
+            error = e
+        finally:
+            self._session_ended(session, error)
+            sock.close()
+
+    def _start_threads(self) -> None:
+        if self._service is None:
+            self._service = threading.Thread(target=self._service_loop,
+                                             name="lockbroker-callbacks", daemon=True)
+            self._service.start()
+        if self.keepalive_ms is not None and self._keepalive is None:
+            self._keepalive = threading.Thread(target=self._keepalive_loop,
+                                               name="lockbroker-keepalive", daemon=True)
+            self._keepalive.start()
+
+    def _service_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, args = item
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("lockbroker: a callback raised")
+
+    def _keepalive_loop(self) -> None:
+        while not self._stop.wait(self.keepalive_ms / 6000.0):
+            s = self._current
+            if s is None or s.closed:
+                continue
+            due = self._keepalive_due(s)
+            if due == "ping":
+                self._send_nowait(s, "ping", {})
+            elif due == "dead":
+                s.kill()
+                self._session_ended(s)
