@@ -11,7 +11,12 @@ round so that they share the machine's conditions:
   no library: the floor of Python's cost;
 - client: one :class:`lockbroker.Client` shared by every thread (one
   connection, one reader thread), ``with client.lock(...)``;
-- client/thread: one ``Client`` per thread.
+- client/thread: one ``Client`` per thread;
+- redis-py: redis-py's ``Lock`` (Debian's python3-redis) straight on the
+  broker's Redis (``$LOCKBROKER_REDIS_HOST``/``_PORT``), one
+  ``redis.Redis`` shared by every thread, ``acquire(blocking=False)`` +
+  ``release()``: the peer a Python user compares with (only when redis-py
+  is installed).
 
 Prints each run, then the median of --runs per variant: cycles/s, and the
 CPU time of this Python process per cycle (all its threads; less sensitive
@@ -76,6 +81,17 @@ def client_worker(client, name, stop, counts, i):
     counts[i] = n
 
 
+def redis_py_worker(r, name, stop, counts, i):
+    n = 0
+    lock = r.lock(name, timeout=30)
+    while not stop.is_set():
+        if not lock.acquire(blocking=False):
+            raise RuntimeError("redis-py: an uncontended lock was busy")
+        lock.release()
+        n += 1
+    counts[i] = n
+
+
 def run(variant: str, url: str, threads: int, seconds: float, tag: str) -> tuple:
     """One run; returns (cycles/s, CPU microseconds per cycle)."""
     stop = threading.Event()
@@ -90,6 +106,13 @@ def run(variant: str, url: str, threads: int, seconds: float, tag: str) -> tuple
         name = f"bench-{tag}-{i}"
         if variant == "raw":
             args = (raw_worker, (url, name, stop, counts, i))
+        elif variant == "redis-py":
+            if not clients:
+                import redis  # only this variant needs it
+
+                clients = [redis.Redis(host=os.environ["LOCKBROKER_REDIS_HOST"],
+                                       port=int(os.environ["LOCKBROKER_REDIS_PORT"]))]
+            args = (redis_py_worker, (clients[0], name, stop, counts, i))
         else:
             args = (client_worker, (clients[i % len(clients)], name, stop, counts, i))
         workers.append(threading.Thread(target=args[0], args=args[1]))
@@ -118,6 +141,12 @@ def main() -> int:
     args = ap.parse_args()
     url = args.url or lockbroker.default_url()
     variants = ("raw", "client", "client/thread")
+    try:
+        import redis  # noqa: F401
+        if os.environ.get("LOCKBROKER_REDIS_PORT"):
+            variants += ("redis-py",)
+    except ImportError:
+        pass
     counts = [int(t) for t in args.threads.split(",")]
     results = {(v, t): [] for v in variants for t in counts}
     for r in range(args.runs):
