@@ -69,8 +69,13 @@ pids="$pids $!"
 "$bin" --redis "redis://127.0.0.1:$rport" --listen "tcp://127.0.0.1:$aport" \
 	--auth-file "$tmp/auth.secret" --log-level warn 2>"$tmp/broker-auth.log" &
 pids="$pids $!"
-wait_for lockbrokerd sh -c "printf '{\"op\":\"ping\",\"id\":1}\n' | socat -t1 - TCP:127.0.0.1:$bport | grep -q '\"redis\":\"up\"'"
-wait_for "lockbrokerd (auth)" sh -c "printf '{\"op\":\"hello\",\"id\":1,\"auth\":\"$secret\"}\n' | socat -t1 - TCP:127.0.0.1:$aport | grep -q '\"ok\":true'"
+# Ready when a try is granted (ping says "redis":"up" a little before the
+# scripts are loaded and an acquire stops answering unavailable); the
+# probe's lease ends with its session.
+probe='{"op":"acquire","id":1,"lock":"with-broker:probe","wait_ms":0}'
+wait_for lockbrokerd sh -c "printf '%s\n' '$probe' | socat -t1 - TCP:127.0.0.1:$bport | grep -q '\"lease\"'"
+probe_auth='{"op":"acquire","id":1,"lock":"with-broker:probe-auth","wait_ms":0}'
+wait_for "lockbrokerd (auth)" sh -c "printf '{\"op\":\"hello\",\"id\":0,\"auth\":\"$secret\"}\n%s\n' '$probe_auth' | socat -t1 - TCP:127.0.0.1:$aport | grep -q '\"lease\"'"
 
 export LOCKBROKER_URL="tcp://127.0.0.1:$bport"
 export LOCKBROKER_UNIX_URL="unix://$tmp/lb.sock"

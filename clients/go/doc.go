@@ -1,0 +1,41 @@
+// Package lockbroker is the Go client of lockbrokerd, the lock-broker daemon
+// that serves distributed locks kept in Redis over a line-based JSON protocol
+// (protocol/PROTOCOL.md in the lockbroker tree is the contract).
+//
+// A Client holds one connection (one broker session) at a time, shared by
+// every goroutine that uses it. Lock takes a lock and returns a *Lease;
+// Release gives it back:
+//
+//	c, err := lockbroker.Dial(ctx, "") // $LOCKBROKER_URL, else the default
+//	l, err := c.Lock(ctx, "invoice:42", lockbroker.TTL(10*time.Second))
+//	defer l.Release(context.Background())
+//	write(l.Context(), l.Fence())
+//
+// # Invariants
+//
+//   - One reader goroutine per session is the only reader of the socket. It
+//     routes each answer to its request by id and each event to its lease by
+//     token, in the order the broker sent them, and it alone registers
+//     grants and applies events: a lease is in the lease table before the
+//     next line is read, so no "lost" event can slip between a grant and its
+//     registration.
+//   - Every Lock call acquires under an owner of its own (the broker's
+//     reentrancy identity), unless WithOwner names one: goroutines sharing a
+//     Client never re-enter each other's locks.
+//   - A lease is held, lost or released; lost and released are final.
+//     Lost() is closed on loss only; Context() is cancelled at either end;
+//     Err() tells which. Release and Extend of a lost lease return the loss
+//     (a *LostError) without contacting the broker.
+//   - A lease bound to its session never outlives the session: when the
+//     connection drops, every such lease is reported lost (reason
+//     "disconnected") before any request pending on that connection fails,
+//     and its token is never sent again. Detached leases survive (the broker
+//     keeps them) and are released or extended through the next session.
+//   - The client reconnects only when a new request needs a connection, at
+//     most once per backoff step; a request whose connection drops fails
+//     with ErrDisconnected and is not re-sent.
+//
+// Errors from the broker are *ServerError values whose Code is the protocol's
+// error code; errors.Is matches them against ErrTimeout, ErrNotHeld and the
+// other Err values of the same code.
+package lockbroker

@@ -1,0 +1,3 @@
+module lockbroker.dev/client
+
+go 1.19

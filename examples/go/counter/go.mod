@@ -1,0 +1,7 @@
+module lockbroker.dev/examples/counter
+
+go 1.19
+
+require lockbroker.dev/client v0.0.0
+
+replace lockbroker.dev/client => ../../../clients/go
