@@ -42,6 +42,10 @@ else
 	echo "== clients: node: not there yet"
 fi
 
+# The examples/ programs of every language together on one lock.
+run examples env GOCACHE="$top/build/go-cache" GOFLAGS=-mod=mod GOPROXY=off \
+	$wb sh tests/clients/examples.sh
+
 if [ -n "$failed" ]; then
 	echo "clients: failed:$failed" >&2
 	exit 1
