@@ -1,0 +1,192 @@
+// index.d.ts - types of the lockbroker client library (index.js). The
+// behaviour is documented in README.md and in the JSDoc of lib/*.js; this
+// file only describes shapes, and must change with them.
+
+import { EventEmitter } from 'node:events';
+
+export interface ClientOptions {
+  /** tcp://HOST:PORT or unix:///PATH; default $LOCKBROKER_URL, else the default socket if it exists, else tcp://127.0.0.1:7380. */
+  url?: string;
+  /** The broker's shared secret. */
+  auth?: string;
+  /** A file holding the secret (one trailing \n or \r\n dropped); read at each connect. */
+  authFile?: string;
+  /** Label shown by inspect (hello's `client`). */
+  clientName?: string;
+  /** hello's keepalive_ms (500..600000): the client pings every third of it and drops a broker silent for that long. */
+  keepaliveMs?: number;
+  /** How long a request waits for a connection, all attempts included (default 10000). */
+  connectTimeoutMs?: number;
+  /** First delay between connection attempts (default 50). */
+  backoffMinMs?: number;
+  /** Largest delay between connection attempts (default 2000). */
+  backoffMaxMs?: number;
+  /** Run withLock bodies in an AsyncLocalStorage scope (reentrant, DeadlockError); default true. */
+  taskScopes?: boolean;
+}
+
+export interface AcquireOptions {
+  mode?: 'exclusive' | 'shared';
+  /** Makes the name a semaphore with this many permits; mode must then be absent. */
+  limit?: number;
+  ttlMs?: number;
+  /** 0: try once; absent: wait until granted. */
+  waitMs?: number;
+  watchdog?: boolean;
+  fair?: boolean;
+  detach?: boolean;
+  maxHoldMs?: number;
+  /** Reentrancy identity; default: a fresh owner per call. */
+  owner?: string;
+  /** Re-enter the lock an enclosing withLock body of this client holds. */
+  reentrant?: boolean;
+  /** Aborting it cancels the acquire: the call rejects with CancelledError. */
+  signal?: AbortSignal;
+}
+
+export type LeaseState = 'held' | 'released' | 'lost';
+
+export declare class Lease extends EventEmitter {
+  readonly token: string;
+  readonly lock: string;
+  readonly mode: 'exclusive' | 'shared' | 'permit';
+  readonly fence: number;
+  ttlMs: number;
+  count: number;
+  readonly owner: string;
+  readonly detached: boolean;
+  readonly state: LeaseState;
+  readonly lostReason: string | null;
+  readonly lostError: LeaseLostError | null;
+  /** Aborted (reason: the LeaseLostError) when the lease is lost. */
+  readonly signal: AbortSignal;
+  readonly held: boolean;
+  readonly lost: boolean;
+  throwIfLost(): void;
+  /** Drops one reentrancy level; resolves with the count left. */
+  release(): Promise<number>;
+  /** Sets the remaining lifetime; resolves with the lifetime granted. */
+  extend(ttlMs: number): Promise<number>;
+  on(event: 'lost', listener: (err: LeaseLostError) => void): this;
+  once(event: 'lost', listener: (err: LeaseLostError) => void): this;
+}
+
+export interface ServerInfo {
+  server: string;
+  proto: number;
+  session: string;
+  broker: string;
+  limits: {
+    maxLine: number;
+    ttlMsMin: number;
+    ttlMsMax: number;
+    maxLeasesPerSession: number;
+    maxWaitersPerSession: number;
+    maxInflight: number;
+    keepaliveMsMin: number;
+    keepaliveMsMax: number;
+    [key: string]: number;
+  };
+  [key: string]: unknown;
+}
+
+export interface LockInfo {
+  lock: string;
+  state: 'free' | 'exclusive' | 'shared' | 'semaphore';
+  limit: number | null;
+  holders: Array<{ mode: string; ttlMs: number; count: number; owner: string; client: string }>;
+  waiters: number;
+  fence: number | null;
+  [key: string]: unknown;
+}
+
+export interface LeaseInfo {
+  lease: string;
+  lock: string;
+  mode: string;
+  ttlMs: number;
+  count: number;
+  fence: number;
+}
+
+export interface Stats {
+  uptimeS: number;
+  connections: number;
+  sessions: number;
+  leases: number;
+  waiters: number;
+  acquiredTotal: number;
+  releasedTotal: number;
+  timeoutsTotal: number;
+  lostTotal: number;
+  redis: 'up' | 'down';
+  [key: string]: unknown;
+}
+
+export declare class Client extends EventEmitter {
+  constructor(opts?: ClientOptions);
+  readonly url: string;
+  readonly connected: boolean;
+  readonly serverInfo: ServerInfo | null;
+  connect(): Promise<this>;
+  close(): Promise<void>;
+  acquire(name: string, opts?: AcquireOptions): Promise<Lease>;
+  withLock<T>(name: string, fn: (lease: Lease) => T | Promise<T>, opts?: AcquireOptions): Promise<T>;
+  release(lease: Lease | string): Promise<number>;
+  extend(lease: Lease | string, ttlMs: number): Promise<number>;
+  inspect(name: string): Promise<LockInfo>;
+  leases(): Promise<LeaseInfo[]>;
+  stats(): Promise<Stats>;
+  ping(): Promise<{ redis: 'up' | 'down' }>;
+  request(op: string, fields?: Record<string, unknown>): Promise<Record<string, unknown>>;
+
+  on(event: 'lost', listener: (lease: Lease, err: LeaseLostError) => void): this;
+  on(event: 'connect' | 'reconnect', listener: (info: ServerInfo) => void): this;
+  on(event: 'disconnect', listener: (err: ConnectionError) => void): this;
+  on(event: 'shutdown', listener: (graceMs: number) => void): this;
+  on(event: 'closing', listener: (reason: string) => void): this;
+  on(event: 'event', listener: (msg: Record<string, unknown>) => void): this;
+  on(event: string | symbol, listener: (...args: any[]) => void): this;
+}
+
+export declare function connect(opts?: ClientOptions): Promise<Client>;
+
+export type BrokerAddress =
+  { kind: 'tcp'; host: string; port: number; url: string } | { kind: 'unix'; path: string; url: string };
+export declare function parseUrl(url: string): BrokerAddress;
+export declare function defaultUrl(env?: Record<string, string | undefined>): string;
+
+export declare class LockbrokerError extends Error {
+  constructor(message: string, opts?: { code?: string; cause?: unknown; fromBroker?: boolean });
+  readonly code: string;
+  /** True when the broker sent the error, false when the client decided it. */
+  readonly fromBroker: boolean;
+}
+export declare class BadJsonError extends LockbrokerError {}
+export declare class BadRequestError extends LockbrokerError {}
+export declare class LineTooLongError extends LockbrokerError {}
+export declare class UnknownOpError extends LockbrokerError {}
+export declare class InvalidArgumentError extends LockbrokerError {}
+export declare class UnauthorizedError extends LockbrokerError {}
+export declare class LockTimeoutError extends LockbrokerError {}
+export declare class CancelledError extends LockbrokerError {}
+export declare class NotHeldError extends LockbrokerError {}
+export declare class ConflictError extends LockbrokerError {}
+export declare class UpgradeUnsupportedError extends LockbrokerError {}
+export declare class LimitExceededError extends LockbrokerError {}
+export declare class UnavailableError extends LockbrokerError {}
+export declare class ShuttingDownError extends LockbrokerError {}
+export declare class InternalError extends LockbrokerError {}
+export declare class ConnectionError extends LockbrokerError {}
+export declare class DeadlockError extends LockbrokerError {}
+export declare class ProtocolError extends LockbrokerError {}
+export declare class LeaseLostError extends LockbrokerError {
+  constructor(message: string, opts?: { reason?: string; lock?: string; fence?: number; cause?: unknown });
+  /** 'expired' | 'gone' | 'redis_unavailable' | 'max_hold' (the broker's), 'disconnected' | 'closed' | 'not_held' (the client's). */
+  readonly reason: string;
+  readonly lock: string;
+  readonly fence: number;
+}
+
+export declare function errorFromWire(error: { code: string; message: string }): LockbrokerError;
+export declare const WIRE_CODES: ReadonlyArray<readonly [string, typeof LockbrokerError]>;

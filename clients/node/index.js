@@ -1,0 +1,30 @@
+'use strict';
+/*
+ * index.js - the lockbroker client library's entry point: what
+ * require('lockbroker') gives. Nothing here but exports; the code lives in
+ * lib/ (client.js: connection and locks, session.js: one connection and its
+ * reader, lease.js: a held lease, errors.js: error classes, url.js: broker
+ * addresses, framing.js: lines on the wire).
+ */
+
+const { Client } = require('./lib/client');
+const { Lease } = require('./lib/lease');
+const { parseUrl, defaultUrl } = require('./lib/url');
+const errors = require('./lib/errors');
+
+/**
+ * Makes a Client and connects it. Resolves with the connected client.
+ * @param {object} [opts] the Client's options
+ */
+async function connect(opts) {
+  return new Client(opts).connect();
+}
+
+module.exports = {
+  Client,
+  Lease,
+  connect,
+  parseUrl,
+  defaultUrl,
+  ...errors,
+};

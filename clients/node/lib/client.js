@@ -1,0 +1,589 @@
+'use strict';
+/*
+ * client.js - the lockbroker client: one connection (session) at a time,
+ * shared by every async task of the program, reconnected with backoff when
+ * it drops; locks as withLock() scopes or explicit acquire()/release().
+ *
+ * Invariants:
+ *  - At most one session is current (`_session`); a request waits in
+ *    _ready() for it. Only one connect loop runs at a time (`_connecting`),
+ *    shared by every waiting request; it tries again with exponential
+ *    backoff (with jitter) until connectTimeoutMs, then rejects with the
+ *    last ConnectionError. A broker that refuses hello (unauthorized, bad
+ *    field) is not retried: that answer rejects at once.
+ *  - Every lease the client tracks is in `_tracked` (token -> Lease); one not
+ *    detached is also in its session's `leases`. When a session ends, each
+ *    of its leases is reported lost ('disconnected', or 'closed' after
+ *    close()) before anything else happens, and is never sent again: a new
+ *    session never uses an old token unless the caller names a detached
+ *    lease, which is what detached leases are for.
+ *  - `lost` events are routed by token to the lease of the session that got
+ *    them (or to a detached lease); a token this client does not track is
+ *    ignored.
+ *  - Owners: every acquire and withLock call without `owner` gets a fresh
+ *    owner ("node-task-N"), so two tasks sharing the client never re-enter
+ *    each other's locks. A withLock body runs in an AsyncLocalStorage scope
+ *    that names its lease (unless taskScopes is false): inside it
+ *    {reentrant: true} re-enters the lock the enclosing body holds (same
+ *    owner, count + 1), and asking for that lock again without `owner` or
+ *    `reentrant` rejects with DeadlockError, instead of waiting for itself
+ *    forever. Semaphores (limit) are exempt: each acquire is a new permit
+ *    by the protocol.
+ *  - withLock settles only after the release's answer (a release answered
+ *    `unavailable` is tried again while the lease is held); if the lease
+ *    was lost at any moment before the release completed, it rejects with
+ *    the loss (LeaseLostError), whatever the body returned.
+ *  - The client never emits 'error': failures are rejections of the call
+ *    that met them; events ('lost', 'disconnect', ...) are information.
+ */
+
+const { EventEmitter } = require('node:events');
+const { AsyncLocalStorage } = require('node:async_hooks');
+const fs = require('node:fs');
+const { Session } = require('./session');
+const { Lease, safeEmit } = require('./lease');
+const { parseUrl, defaultUrl } = require('./url');
+const {
+  CancelledError,
+  ConnectionError,
+  DeadlockError,
+  InvalidArgumentError,
+  LeaseLostError,
+  NotHeldError,
+  UnavailableError,
+} = require('./errors');
+
+/** The withLock scopes: {client, lease, parent}. */
+const scopes = new AsyncLocalStorage();
+
+const CLIENT_OPTIONS = [
+  'url',
+  'auth',
+  'authFile',
+  'clientName',
+  'keepaliveMs',
+  'connectTimeoutMs',
+  'backoffMinMs',
+  'backoffMaxMs',
+  'taskScopes',
+];
+
+/* acquire's options that go on the wire as they are, camelCase -> wire name. */
+const ACQUIRE_FIELDS = [
+  ['mode', 'mode'],
+  ['limit', 'limit'],
+  ['ttlMs', 'ttl_ms'],
+  ['waitMs', 'wait_ms'],
+  ['watchdog', 'watchdog'],
+  ['fair', 'fair'],
+  ['detach', 'detach'],
+  ['maxHoldMs', 'max_hold_ms'],
+];
+const ACQUIRE_OPTIONS = [...ACQUIRE_FIELDS.map(([k]) => k), 'owner', 'reentrant', 'signal'];
+
+/** A session that ends sooner than this after its hello does not reset the backoff. */
+const STABLE_SESSION_MS = 1000;
+
+function checkOptions(opts, allowed, what) {
+  if (opts === null || typeof opts !== 'object') throw new TypeError(`${what} must be an object`);
+  for (const key of Object.keys(opts)) {
+    if (!allowed.includes(key)) {
+      throw new InvalidArgumentError(`unknown ${what} '${key}' (known: ${allowed.join(', ')})`);
+    }
+  }
+}
+
+/**
+ * Releases one level of a lease for withLock. `unavailable` (Redis is down;
+ * the release had no effect) is tried again with backoff while the lease is
+ * held, for at most its ttl + 5 s: meanwhile either Redis comes back and the
+ * release goes through, or the broker reports the lease lost. A lock is
+ * never left held behind a withLock while its session lives. Resolves with
+ * null, or the error that ended the tries.
+ */
+async function releaseSurely(lease) {
+  const end = Date.now() + (Number.isFinite(lease.ttlMs) ? lease.ttlMs : 30000) + 5000;
+  let delay = 50;
+  for (;;) {
+    try {
+      await lease.release();
+      return null;
+    } catch (err) {
+      if (!(err instanceof UnavailableError) || lease.state !== 'held' || Date.now() + delay > end) return err;
+    }
+    await new Promise((resolve) => setTimeout(resolve, delay));
+    delay = Math.min(delay * 2, 1000);
+  }
+}
+
+/** p, or a rejection with makeError() as soon as signal aborts. */
+function untilAborted(p, signal, makeError) {
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(makeError());
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (err) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err);
+      },
+    );
+  });
+}
+
+function camelKey(key) {
+  return key.replace(/_([a-z0-9])/g, (_, c) => c.toUpperCase());
+}
+
+/** The broker's answer with camelCase keys (recursively), without id and ok. */
+function camelize(value, top = true) {
+  if (Array.isArray(value)) return value.map((v) => camelize(v, false));
+  if (value === null || typeof value !== 'object') return value;
+  const out = {};
+  for (const [k, v] of Object.entries(value)) {
+    if (top && (k === 'id' || k === 'ok')) continue;
+    out[camelKey(k)] = camelize(v, false);
+  }
+  return out;
+}
+
+class Client extends EventEmitter {
+  /**
+   * Makes a client; it connects on the first request (or connect()).
+   * @param {object} [opts]
+   * @param {string} [opts.url]          tcp://HOST:PORT or unix:///PATH (default: as lockctl)
+   * @param {string} [opts.auth]         the broker's secret
+   * @param {string} [opts.authFile]     a file holding it (one trailing newline dropped)
+   * @param {string} [opts.clientName]   label shown by inspect (hello's `client`)
+   * @param {number} [opts.keepaliveMs]  hello's keepalive_ms; the client pings every third of it
+   * @param {number} [opts.connectTimeoutMs=10000]  how long a request waits for a connection
+   * @param {number} [opts.backoffMinMs=50]   first delay between connection attempts
+   * @param {number} [opts.backoffMaxMs=2000] largest delay
+   * @param {boolean} [opts.taskScopes=true]  run withLock bodies in an
+   *   AsyncLocalStorage scope (reentrant, DeadlockError); false spares the
+   *   process the cost of async context tracking on Node < 22
+   */
+  constructor(opts = {}) {
+    super();
+    checkOptions(opts, CLIENT_OPTIONS, 'client option');
+    if (opts.auth != null && opts.authFile != null) {
+      throw new InvalidArgumentError("give 'auth' or 'authFile', not both");
+    }
+    this.url = opts.url != null ? opts.url : defaultUrl();
+    this.addr = parseUrl(this.url);
+    this.auth = opts.auth != null ? opts.auth : null;
+    this.authFile = opts.authFile != null ? opts.authFile : null;
+    this.clientName = opts.clientName != null ? opts.clientName : null;
+    this.keepaliveMs = opts.keepaliveMs != null ? opts.keepaliveMs : null;
+    this.connectTimeoutMs = opts.connectTimeoutMs != null ? opts.connectTimeoutMs : 10000;
+    this.backoffMinMs = opts.backoffMinMs != null ? opts.backoffMinMs : 50;
+    this.backoffMaxMs = opts.backoffMaxMs != null ? opts.backoffMaxMs : 2000;
+    this.taskScopes = opts.taskScopes !== false;
+
+    this._session = null; // the current ready Session, or null
+    this._connecting = null; // the promise of the connect loop that runs, or null
+    this._attempt = null; // the Session that loop is opening, or null
+    this._wake = null; // ends the loop's wait between attempts, or null
+    this._closed = false;
+    this._tracked = new Map(); // token -> Lease, every lease held
+    this._ownerSeq = 0;
+    this._everConnected = false;
+    this._backoffMs = this.backoffMinMs; // the next delay after a failure
+    this._notBefore = 0; // Date.now() before which no attempt starts
+    this._hooks = {
+      onEvent: (session, msg) => this._onEvent(session, msg),
+      onClose: (session, err) => this._onSessionClose(session, err),
+    };
+  }
+
+  /** hello's answer of the current session (camelCase), or null when not connected. */
+  get serverInfo() {
+    return this._session ? camelize(this._session.info) : null;
+  }
+
+  get connected() {
+    return this._session !== null;
+  }
+
+  /** Connects now (it also happens on the first request). Resolves with the client. */
+  async connect() {
+    await this._ready();
+    return this;
+  }
+
+  /**
+   * Closes the connection. Leases not detached end with it (the broker
+   * releases them; here they are reported lost with reason 'closed');
+   * requests in flight reject with ConnectionError. Idempotent.
+   */
+  async close() {
+    this._closed = true;
+    const session = this._session;
+    if (session && session.state !== 'closed') {
+      const closedNow = new Promise((resolve) => session.socket.once('close', resolve));
+      session.destroy(new ConnectionError('the client was closed'));
+      await closedNow;
+    }
+    if (this._attempt) this._attempt.destroy(new ConnectionError('the client was closed'));
+    if (this._wake) this._wake();
+    if (this._connecting) await this._connecting.catch(() => {});
+  }
+
+  /* ---- connection -------------------------------------------------------- */
+
+  /** The current session, connecting first if there is none. */
+  _ready() {
+    if (this._closed) return Promise.reject(new ConnectionError('the client is closed'));
+    if (this._session) return Promise.resolve(this._session);
+    if (!this._connecting) {
+      this._connecting = this._connectLoop().finally(() => {
+        this._connecting = null;
+      });
+    }
+    return this._connecting;
+  }
+
+  async _readAuth() {
+    if (this.authFile === null) return this.auth;
+    let text;
+    try {
+      text = await fs.promises.readFile(this.authFile, 'utf8');
+    } catch (err) {
+      throw new InvalidArgumentError(`cannot read authFile: ${err.code || err.message}`, { cause: err });
+    }
+    if (text.endsWith('\r\n')) return text.slice(0, -2);
+    if (text.endsWith('\n')) return text.slice(0, -1);
+    return text;
+  }
+
+  async _connectLoop() {
+    const deadline = Date.now() + this.connectTimeoutMs;
+    let lastError = null;
+    for (;;) {
+      if (this._closed) throw new ConnectionError('the client is closed');
+      const wait = this._notBefore - Date.now();
+      if (wait > 0) {
+        if (Date.now() + wait >= deadline && lastError) throw lastError;
+        await new Promise((resolve) => {
+          const timer = setTimeout(resolve, wait);
+          this._wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        this._wake = null;
+        if (this._closed) throw new ConnectionError('the client is closed');
+      }
+      const hello = {};
+      if (this.clientName !== null) hello.client = this.clientName;
+      if (this.keepaliveMs !== null) hello.keepalive_ms = this.keepaliveMs;
+      const auth = await this._readAuth();
+      if (auth !== null) hello.auth = auth;
+      const session = new Session(this.addr, this._hooks);
+      this._attempt = session;
+      try {
+        await session.open(hello, {
+          timeoutMs: Math.max(1, deadline - Date.now()),
+          keepaliveMs: this.keepaliveMs,
+        });
+      } catch (err) {
+        if (!(err instanceof ConnectionError)) throw err; // hello refused: trying again cannot help
+        lastError = err;
+        this._delayNextAttempt();
+        if (Date.now() >= deadline) throw err;
+        continue;
+      } finally {
+        this._attempt = null;
+      }
+      if (this._closed) {
+        session.destroy(new ConnectionError('the client was closed'));
+        throw new ConnectionError('the client is closed');
+      }
+      this._session = session;
+      this._backoffMs = this.backoffMinMs;
+      this._notBefore = 0;
+      const first = !this._everConnected;
+      this._everConnected = true;
+      safeEmit(this, first ? 'connect' : 'reconnect', camelize(session.info));
+      return session;
+    }
+  }
+
+  _delayNextAttempt() {
+    const jittered = this._backoffMs * (0.5 + Math.random() * 0.5);
+    this._notBefore = Date.now() + jittered;
+    this._backoffMs = Math.min(this.backoffMaxMs, this._backoffMs * 2);
+  }
+
+  _onSessionClose(session, err) {
+    const reason = this._closed ? 'closed' : 'disconnected';
+    for (const lease of session.leases) this._loseLease(lease, reason, err);
+    session.leases.clear();
+    if (this._session !== session) return; // never became current: a failed attempt
+    this._session = null;
+    if (Date.now() - session.openedAt < STABLE_SESSION_MS) this._delayNextAttempt();
+    safeEmit(this, 'disconnect', err);
+  }
+
+  _onEvent(session, msg) {
+    if (msg.event === 'lost' && typeof msg.lease === 'string') {
+      const lease = this._tracked.get(msg.lease);
+      if (lease && (lease.detached || lease._session === session)) {
+        this._loseLease(lease, typeof msg.reason === 'string' ? msg.reason : 'unknown');
+      }
+    } else if (msg.event === 'shutdown') {
+      safeEmit(this, 'shutdown', msg.grace_ms);
+    } else if (msg.event === 'closing') {
+      safeEmit(this, 'closing', msg.reason);
+    }
+    safeEmit(this, 'event', msg);
+  }
+
+  /* ---- leases -------------------------------------------------------------- */
+
+  _loseLease(lease, reason, cause) {
+    this._forget(lease);
+    if (lease._markLost(reason, cause)) safeEmit(this, 'lost', lease, lease.lostError);
+  }
+
+  _forget(lease) {
+    this._tracked.delete(lease.token);
+    if (lease._session) {
+      lease._session.leases.delete(lease);
+      lease._session.updateRef();
+    }
+  }
+
+  /** The acquire answer's lease: the known object (re-entry) or a new one. */
+  _adopt(ans, owner, session, detached) {
+    const known = this._tracked.get(ans.lease);
+    if (known && known.state === 'held') {
+      known.count = ans.count;
+      known.ttlMs = ans.ttl_ms;
+      return known;
+    }
+    const lease = new Lease(this, detached ? null : session, ans, owner, detached);
+    this._tracked.set(lease.token, lease);
+    if (!detached) {
+      session.leases.add(lease);
+      session.updateRef();
+    }
+    return lease;
+  }
+
+  /**
+   * Sends release or extend for a tracked lease: on its own session (a
+   * detached lease: on the current one). The answer updates the lease in
+   * line order (see session.js).
+   */
+  async _leaseCall(lease, op, fields) {
+    const session = lease.detached ? await this._ready() : lease._session;
+    lease._throwIfGone(op);
+    const onAnswer = (ans) => {
+      if (op === 'release') {
+        lease.count = ans.count;
+        if (ans.count === 0 && lease._markReleased()) this._forget(lease);
+      } else {
+        lease.ttlMs = ans.ttl_ms;
+      }
+      return ans;
+    };
+    try {
+      return await session.start(op, fields, { onAnswer }).promise;
+    } catch (err) {
+      if (lease.state === 'lost') throw lease.lostError;
+      if (err instanceof NotHeldError) this._loseLease(lease, 'not_held', err);
+      throw err;
+    }
+  }
+
+  /** The lease of the innermost enclosing withLock body of this client on `name`. */
+  _enclosing(name) {
+    if (!this.taskScopes) return null;
+    for (let s = scopes.getStore(); s; s = s.parent) {
+      if (s.client === this && s.lease.lock === name && s.lease.state !== 'released') return s.lease;
+    }
+    return null;
+  }
+
+  _newOwner() {
+    this._ownerSeq += 1;
+    return `node-task-${this._ownerSeq}`;
+  }
+
+  /* ---- locks --------------------------------------------------------------- */
+
+  /**
+   * Takes a lock; resolves with its Lease. See README.md for the options.
+   * Rejects with the broker's error class (LockTimeoutError, ConflictError,
+   * ...), CancelledError when opts.signal aborts it, DeadlockError, or
+   * ConnectionError.
+   * @param {string} name
+   * @param {object} [opts]
+   */
+  async acquire(name, opts = {}) {
+    checkOptions(opts, ACQUIRE_OPTIONS, 'acquire option');
+    const fields = { lock: name };
+    for (const [key, wire] of ACQUIRE_FIELDS) if (opts[key] != null) fields[wire] = opts[key];
+    const detached = opts.detach === true;
+    const signal = opts.signal != null ? opts.signal : null;
+    if (signal !== null && (typeof signal.aborted !== 'boolean' || typeof signal.addEventListener !== 'function')) {
+      throw new TypeError("acquire option 'signal' must be an AbortSignal");
+    }
+
+    let owner = opts.owner != null ? opts.owner : null;
+    const outer = opts.limit == null ? this._enclosing(name) : null;
+    if (opts.reentrant) {
+      if (owner !== null) throw new InvalidArgumentError("give 'owner' or 'reentrant', not both");
+      if (!this.taskScopes) {
+        throw new InvalidArgumentError("'reentrant' needs taskScopes; pass {owner: lease.owner} to re-enter a lease");
+      }
+      if (outer) {
+        if (outer.state === 'lost') throw outer.lostError;
+        owner = outer.owner;
+      }
+    } else if (owner === null && outer && outer.state === 'held') {
+      throw new DeadlockError(
+        `lock ${JSON.stringify(name)} is held by the enclosing withLock of this task: ` +
+          'pass {reentrant: true} to re-enter it, or an explicit {owner} to wait for it as another owner',
+      );
+    }
+    if (owner === null) owner = this._newOwner();
+    fields.owner = owner;
+
+    const cancelled = () =>
+      new CancelledError(`the acquire of lock ${JSON.stringify(name)} was cancelled by its AbortSignal`, {
+        cause: signal.reason,
+      });
+    if (signal && signal.aborted) throw cancelled();
+    const session = signal ? await untilAborted(this._ready(), signal, cancelled) : await this._ready();
+    if (signal && signal.aborted) throw cancelled();
+
+    let aborted = false;
+    const req = session.start('acquire', fields, {
+      onAnswer: (ans) => this._adopt(ans, owner, session, detached),
+    });
+    const onAbort = () => {
+      aborted = true;
+      if (req.id !== null) session.start('cancel', { target: req.id }).promise.catch(() => {});
+    };
+    if (signal) signal.addEventListener('abort', onAbort, { once: true });
+    let lease;
+    try {
+      lease = await req.promise;
+    } finally {
+      if (signal) signal.removeEventListener('abort', onAbort);
+    }
+    if (aborted) {
+      // Granted before the cancel reached the broker: give back this level.
+      lease.release().catch(() => {});
+      throw cancelled();
+    }
+    return lease;
+  }
+
+  /**
+   * Runs fn(lease) under the lock and releases it after, whatever fn did.
+   * Resolves with fn's result. Rejects with fn's error; with the loss
+   * (LeaseLostError) if the lease was lost before the release completed,
+   * even when fn succeeded; or with the release's error.
+   * @param {string} name
+   * @param {(lease: Lease) => any} fn
+   * @param {object} [opts]  acquire's options
+   */
+  async withLock(name, fn, opts = {}) {
+    if (typeof fn !== 'function') throw new TypeError('withLock(name, fn, opts): fn must be a function');
+    const lease = await this.acquire(name, opts);
+    let result;
+    let failed = false;
+    let bodyError;
+    try {
+      result = this.taskScopes
+        ? await scopes.run({ client: this, lease, parent: scopes.getStore() }, () => fn(lease))
+        : await fn(lease);
+    } catch (err) {
+      failed = true;
+      bodyError = err;
+    }
+    const releaseError = lease.state === 'held' ? await releaseSurely(lease) : null;
+    if (lease.state === 'lost') {
+      if (!failed || bodyError === lease.lostError) throw lease.lostError;
+      const e = lease.lostError;
+      throw new LeaseLostError(`${e.message} (and the body failed: ${bodyError && bodyError.message})`, {
+        reason: e.reason,
+        lock: e.lock,
+        fence: e.fence,
+        cause: bodyError,
+      });
+    }
+    if (failed) throw bodyError;
+    if (releaseError) throw releaseError;
+    return result;
+  }
+
+  /**
+   * Releases a lease by object or by token (a detached lease from another
+   * process, say). Resolves with the reentrancy count left.
+   * @param {Lease|string} leaseOrToken
+   */
+  async release(leaseOrToken) {
+    if (leaseOrToken instanceof Lease) return leaseOrToken.release();
+    const known = this._tracked.get(leaseOrToken);
+    if (known) return known.release();
+    const ans = await this.request('release', { lease: leaseOrToken });
+    return ans.count;
+  }
+
+  /**
+   * Sets a lease's remaining lifetime, by object or token. Resolves with the
+   * lifetime granted.
+   * @param {Lease|string} leaseOrToken
+   * @param {number} ttlMs
+   */
+  async extend(leaseOrToken, ttlMs) {
+    if (leaseOrToken instanceof Lease) return leaseOrToken.extend(ttlMs);
+    const known = this._tracked.get(leaseOrToken);
+    if (known) return known.extend(ttlMs);
+    const ans = await this.request('extend', { lease: leaseOrToken, ttl_ms: ttlMs });
+    return ans.ttl_ms;
+  }
+
+  /* ---- information --------------------------------------------------------- */
+
+  /** A lock's state: {lock, state, limit, holders: [{mode, ttlMs, count, owner, client}], waiters, fence}. */
+  async inspect(name) {
+    return camelize(await this.request('inspect', { lock: name }));
+  }
+
+  /** This session's leases: [{lease, lock, mode, ttlMs, count, fence}]. */
+  async leases() {
+    return camelize((await this.request('leases', {})).leases, false);
+  }
+
+  /** The broker's counters (camelCase): uptimeS, connections, leases, ... */
+  async stats() {
+    return camelize(await this.request('stats', {}));
+  }
+
+  /** {redis: 'up'|'down'}. */
+  async ping() {
+    return camelize(await this.request('ping', {}));
+  }
+
+  /**
+   * Sends any op with wire-named fields and resolves with the raw answer.
+   * The escape hatch for ops this client has no method for: leases taken
+   * through it are not tracked (no lost events, no release on exit).
+   * @param {string} op
+   * @param {object} [fields]
+   */
+  async request(op, fields = {}) {
+    const session = await this._ready();
+    return session.start(op, fields).promise;
+  }
+}
+
+module.exports = { Client, camelize };
