@@ -161,6 +161,37 @@ test-clients: build/san/lockbrokerd
 	@CLIENTS=1 sh deploy/install-deps.sh
 	$(TEST_ENV) sh tests/clients/run-all.sh
 
+# The C client library (issue 19; clients/c/README.md): libc, POSIX sockets
+# and pthreads only, its own flags (no jansson, hiredis or libuv). The
+# sanitizer build is the one its tests (Criterion) link; tests/clients/
+# run-all.sh builds them, the counter example and runs them.
+LBC_LIB_SRCS  := $(filter-out clients/c/bench.c,$(wildcard clients/c/*.c))
+LBC_TEST_SRCS := $(wildcard clients/c/tests/*.c)
+LBC_CFLAGS    := -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -Iclients/c -pthread
+.PHONY: clients-c
+clients-c: build/clients/c/liblbclient.a build/clients/c/san/liblbclient.a build/clients/c/tests \
+           build/clients/c/counter build/clients/c/bench
+build/clients/c/rel/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(LBC_CFLAGS) -O2 -g -c $< -o $@
+build/clients/c/san/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(LBC_CFLAGS) -O1 -g $(SAN_FLAGS) -c $< -o $@
+# As tests/: no ASan redzones around globals in Criterion test sources.
+build/clients/c/san/clients/c/tests/%.o: clients/c/tests/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(LBC_CFLAGS) -O1 -g $(SAN_FLAGS) --param asan-globals=0 $(CRIT_CFLAGS) -c $< -o $@
+build/clients/c/liblbclient.a: $(patsubst %.c,build/clients/c/rel/%.o,$(LBC_LIB_SRCS))
+	rm -f $@ && ar rcs $@ $^
+build/clients/c/san/liblbclient.a: $(patsubst %.c,build/clients/c/san/%.o,$(LBC_LIB_SRCS))
+	rm -f $@ && ar rcs $@ $^
+build/clients/c/tests: $(patsubst %.c,build/clients/c/san/%.o,$(LBC_TEST_SRCS)) build/clients/c/san/liblbclient.a
+	$(CC) $(SAN_FLAGS) -pthread -o $@ $^ $(CRIT_LIBS)
+build/clients/c/counter: build/clients/c/rel/examples/c/counter.o build/clients/c/liblbclient.a
+	$(CC) -pthread -o $@ $^
+build/clients/c/bench: build/clients/c/rel/clients/c/bench.o build/clients/c/liblbclient.a
+	$(CC) -pthread -o $@ $^
+
 # Binaries, the systemd unit (paths filled in), its user, and an example
 # config that never overwrites an existing one.
 install: build/lockbrokerd $(LOCKCTL_BIN)

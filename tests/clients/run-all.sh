@@ -42,6 +42,19 @@ else
 	echo "== clients: node: not there yet"
 fi
 
+if [ -f clients/c/lbclient.h ]; then
+	# The library's tests (its ASan+UBSan build; a sanitizer report fails
+	# them) and the counter example, which examples.sh runs below.
+	if ${MAKE:-make} --no-print-directory build/clients/c/tests build/clients/c/counter; then
+		run c $wb sh clients/c/tests/run.sh --jobs 2
+	else
+		echo "== clients: c: build FAILED" >&2
+		failed="$failed c"
+	fi
+else
+	echo "== clients: c: not there yet"
+fi
+
 # The examples/ programs of every language together on one lock.
 run examples env GOCACHE="$top/build/go-cache" GOFLAGS=-mod=mod GOPROXY=off \
 	$wb sh tests/clients/examples.sh

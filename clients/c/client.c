@@ -1,0 +1,1205 @@
+/*
+ * client.c - one client, one connection: sessions (connect, hello,
+ * teardown, reconnect with backoff), requests and their answers, events,
+ * the keepalive pinger, lbc_poll and lbc_close.
+ *
+ * Threads. Any number of threads may call one client. A request is
+ * registered (an lbc_pending_t on the caller's stack, in c->pending) before
+ * its line is written, so its answer always finds it. There is no reader
+ * thread: a thread that waits for an answer becomes the reader when nobody
+ * is (c->reading), reads the socket with the lock released, then, under the
+ * lock, hands every complete line to its owner (answers by id, events to
+ * the leases they name). When a thread stops waiting it hands the reader
+ * role to another waiting thread (signals its condition variable). So a
+ * waiting acquire never blocks another thread's release, and each answer
+ * wakes only the thread it belongs to.
+ *
+ * Locks: mu guards all state; wmu serialises writes so that lines never
+ * interleave. Nobody holds mu across I/O. Lock order: wmu, then mu (only
+ * the write path holds wmu, and it takes mu after releasing wmu).
+ *
+ * Sessions. state is DOWN, CONNECTING (one thread connects, without the
+ * lock, on a socket nobody else sees yet), UP or CLOSED; gen numbers the
+ * sessions. teardown_locked() is the one place a session ends: it shuts the
+ * socket down (which wakes a reader or writer blocked on it), fails every
+ * request of the session with LBC_DISCONNECTED and marks every lease bound
+ * to it lost, before any new session can exist: an old token is never sent
+ * on a new session behind the caller's back (detached leases excepted).
+ * The descriptor itself is closed only once no thread uses it (dead_fd),
+ * so its number is never reused under a reader.
+ *
+ * Ownership: the client owns its socket, buffers, event queue and the
+ * lease handles' links; lease handles themselves are the caller's.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef enum { ST_DOWN, ST_CONNECTING, ST_UP, ST_CLOSED } state_t;
+
+typedef struct qevent {
+	struct qevent *next;
+	lbc_event_t ev;
+	char *strs[5]; /* name, lease, lock, reason, line: owned */
+} qevent_t;
+
+struct lbc_client {
+	pthread_mutex_t mu;
+	pthread_mutex_t wmu;
+	pthread_cond_t cv; /* state changes, dead fd closed, keepalive wake-up */
+
+	/* configuration, fixed by lbc_connect */
+	lbc_addr_t addr;
+	char *auth, *auth_file, *label;
+	int keepalive_ms, connect_timeout_ms, request_timeout_ms;
+	void (*on_event)(void *, const lbc_event_t *);
+	void *event_arg;
+
+	/* the session */
+	state_t state;
+	int fd;
+	int dead_fd;          /* shut down, closed once !reading && !writers */
+	uint64_t gen;         /* 0: never connected */
+	int writers;          /* threads writing on fd */
+	bool reading;         /* a thread reads fd (the reader role) */
+	lbc_server_info_t info;
+	char *rbuf;           /* bytes read, not yet a complete line */
+	size_t rlen, rcap;
+	lbc_pending_t *pending;
+	lbc_lease_t *leases;
+	int lost_unpolled;    /* handles marked lost since the last lbc_poll */
+	int64_t last_write;   /* for the keepalive pinger */
+
+	/* reconnect backoff */
+	int64_t next_attempt;
+	int backoff_ms;
+
+	_Atomic int64_t next_id;
+	_Atomic uint64_t owner_seq;
+
+	qevent_t *evq, *evq_tail;
+	bool delivering;
+
+	pthread_t ka;
+	bool ka_started;
+};
+
+static void *xcalloc(size_t n, size_t sz)
+{
+	void *p = calloc(n ? n : 1, sz ? sz : 1);
+	if (p == NULL)
+		abort();
+	return p;
+}
+
+static char *xstrdup(const char *s)
+{
+	char *d = s ? strdup(s) : NULL;
+	if (s && d == NULL)
+		abort();
+	return d;
+}
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+void lbc_lock(lbc_client_t *c)
+{
+	pthread_mutex_lock(&c->mu);
+}
+
+void lbc_unlock(lbc_client_t *c)
+{
+	pthread_mutex_unlock(&c->mu);
+}
+
+int64_t lbc_next_id(lbc_client_t *c)
+{
+	return atomic_fetch_add(&c->next_id, 1);
+}
+
+void lbc_fresh_owner(lbc_client_t *c, char *buf, size_t len)
+{
+	snprintf(buf, len, "lbc#%llu", (unsigned long long)atomic_fetch_add(&c->owner_seq, 1));
+}
+
+int64_t lbc_request_timeout(const lbc_client_t *c)
+{
+	return c->request_timeout_ms < 0 ? -1 : c->request_timeout_ms;
+}
+
+/* Waits on cv until deadline (lbc_now_ms; < 0: none). */
+static void timedwait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline)
+{
+	struct timespec ts;
+	int64_t left;
+
+	if (deadline < 0) {
+		pthread_cond_wait(cv, mu);
+		return;
+	}
+	left = deadline - lbc_now_ms();
+	if (left <= 0)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += left / 1000;
+	ts.tv_nsec += (left % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static void init_cond(pthread_cond_t *cv)
+{
+	pthread_condattr_t a;
+
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(cv, &a);
+	pthread_condattr_destroy(&a);
+}
+
+void lbc_pending_init(lbc_pending_t *p, int64_t id)
+{
+	memset(p, 0, sizeof(*p));
+	p->id = id;
+	init_cond(&p->cv);
+}
+
+void lbc_call_done(lbc_pending_t *p)
+{
+	lbc_json_free(&p->doc);
+	free(p->line);
+	p->line = NULL;
+	pthread_cond_destroy(&p->cv);
+}
+
+static void link_pending(lbc_client_t *c, lbc_pending_t *p)
+{
+	p->next = c->pending;
+	c->pending = p;
+}
+
+static void unlink_pending(lbc_client_t *c, lbc_pending_t *p)
+{
+	for (lbc_pending_t **pp = &c->pending; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			p->next = NULL;
+			return;
+		}
+}
+
+/* Gives the reader role to a thread that waits, if nobody reads. */
+static void handoff_locked(lbc_client_t *c)
+{
+	if (c->reading)
+		return;
+	for (lbc_pending_t *p = c->pending; p; p = p->next)
+		if (p->waiting && !p->done) {
+			pthread_cond_signal(&p->cv);
+			return;
+		}
+}
+
+/* Wakes the lbc_poll waiters (pending id 0). */
+static void wake_pollers_locked(lbc_client_t *c)
+{
+	for (lbc_pending_t *p = c->pending; p; p = p->next)
+		if (p->id == 0)
+			pthread_cond_signal(&p->cv);
+}
+
+static void close_dead_locked(lbc_client_t *c)
+{
+	if (c->dead_fd >= 0 && !c->reading && c->writers == 0) {
+		close(c->dead_fd);
+		c->dead_fd = -1;
+		pthread_cond_broadcast(&c->cv);
+	}
+}
+
+/* ---- events ------------------------------------------------------------------- */
+
+static void queue_event_locked(lbc_client_t *c, lbc_event_type type, const char *name,
+                               const char *lease, const char *lock, const char *reason,
+                               int64_t grace_ms, const char *line, size_t line_len)
+{
+	qevent_t *q;
+
+	if (c->on_event == NULL)
+		return;
+	q = xcalloc(1, sizeof(*q));
+	q->strs[0] = xstrdup(name);
+	q->strs[1] = xstrdup(lease);
+	q->strs[2] = xstrdup(lock);
+	q->strs[3] = xstrdup(reason);
+	if (line) {
+		q->strs[4] = xcalloc(1, line_len + 1);
+		memcpy(q->strs[4], line, line_len);
+	}
+	q->ev.type = type;
+	q->ev.name = q->strs[0];
+	q->ev.lease = q->strs[1];
+	q->ev.lock = q->strs[2];
+	q->ev.reason = q->strs[3];
+	q->ev.grace_ms = grace_ms;
+	q->ev.line = q->strs[4];
+	if (c->evq_tail)
+		c->evq_tail->next = q;
+	else
+		c->evq = q;
+	c->evq_tail = q;
+}
+
+static void free_qevent(qevent_t *q)
+{
+	for (int i = 0; i < 5; i++)
+		free(q->strs[i]);
+	free(q);
+}
+
+void lbc_deliver_events(lbc_client_t *c)
+{
+	lbc_lock(c);
+	if (c->delivering || c->evq == NULL) {
+		lbc_unlock(c);
+		return;
+	}
+	c->delivering = true;
+	while (c->evq) {
+		qevent_t *q = c->evq;
+		c->evq = q->next;
+		if (c->evq == NULL)
+			c->evq_tail = NULL;
+		lbc_unlock(c);
+		c->on_event(c->event_arg, &q->ev);
+		free_qevent(q);
+		lbc_lock(c);
+	}
+	c->delivering = false;
+	lbc_unlock(c);
+}
+
+/* ---- leases: lost marks ------------------------------------------------------- */
+
+static int mark_one_locked(lbc_client_t *c, lbc_lease_t *l, lbc_lost_reason r)
+{
+	int expected = LBC_LOST_NONE;
+
+	if (!atomic_compare_exchange_strong(&l->lost, &expected, (int)r))
+		return 0;
+	c->lost_unpolled++;
+	return 1;
+}
+
+int lbc_mark_lost_locked(lbc_client_t *c, const char *token, lbc_lost_reason r)
+{
+	int n = 0;
+
+	for (lbc_lease_t *l = c->leases; l; l = l->next)
+		if (strcmp(l->token, token) == 0)
+			n += mark_one_locked(c, l, r);
+	if (n)
+		wake_pollers_locked(c);
+	return n;
+}
+
+void lbc_link_lease_locked(lbc_client_t *c, lbc_lease_t *l)
+{
+	l->prev = NULL;
+	l->next = c->leases;
+	if (c->leases)
+		c->leases->prev = l;
+	c->leases = l;
+}
+
+void lbc_unlink_lease_locked(lbc_lease_t *l)
+{
+	lbc_client_t *c = l->client;
+
+	if (c == NULL)
+		return;
+	if (l->prev)
+		l->prev->next = l->next;
+	else if (c->leases == l)
+		c->leases = l->next;
+	if (l->next)
+		l->next->prev = l->prev;
+	l->prev = l->next = NULL;
+}
+
+/* ---- the end of a session ------------------------------------------------------ */
+
+/* Ends the current session (see the file comment). Leases bound to it are
+ * lost with reason r. Returns how many handles it marked. */
+static int teardown_locked(lbc_client_t *c, lbc_lost_reason r, const char *msg)
+{
+	uint64_t gen = c->gen;
+	int marked = 0;
+
+	if (c->state != ST_UP)
+		return 0;
+	c->state = ST_DOWN;
+	shutdown(c->fd, SHUT_RDWR);
+	c->dead_fd = c->fd;
+	c->fd = -1;
+	c->rlen = 0;
+	for (lbc_pending_t *p = c->pending; p; p = p->next)
+		if (p->gen == gen && !p->done) {
+			p->done = true;
+			p->status = LBC_DISCONNECTED;
+			snprintf(p->message, sizeof(p->message), "%s", msg);
+			pthread_cond_signal(&p->cv);
+		}
+	for (lbc_lease_t *l = c->leases; l; l = l->next)
+		if (l->gen == gen && !l->detached)
+			marked += mark_one_locked(c, l, r);
+	queue_event_locked(c, LBC_EVENT_DISCONNECTED, "disconnected", NULL, NULL, msg, 0, NULL, 0);
+	wake_pollers_locked(c);
+	pthread_cond_broadcast(&c->cv);
+	close_dead_locked(c);
+	return marked;
+}
+
+/* ---- what the broker sends ------------------------------------------------------ */
+
+static void handle_event_locked(lbc_client_t *c, const lbc_jdoc_t *d, const char *name,
+                                const char *line, size_t len)
+{
+	const char *reason = lbc_json_str(d, 0, "reason", NULL);
+
+	if (strcmp(name, "lost") == 0) {
+		const char *token = lbc_json_str(d, 0, "lease", NULL);
+		const char *lock = lbc_json_str(d, 0, "lock", NULL);
+		if (token)
+			lbc_mark_lost_locked(c, token, lbc_lost_reason_from(reason));
+		queue_event_locked(c, LBC_EVENT_LOST, name, token, lock, reason, 0, line, len);
+	} else if (strcmp(name, "shutdown") == 0) {
+		int64_t g = 0;
+		(void)lbc_json_int(d, 0, "grace_ms", &g);
+		queue_event_locked(c, LBC_EVENT_SHUTDOWN, name, NULL, NULL, NULL, g, line, len);
+	} else if (strcmp(name, "closing") == 0) {
+		queue_event_locked(c, LBC_EVENT_CLOSING, name, NULL, NULL, reason, 0, line, len);
+	} else {
+		queue_event_locked(c, LBC_EVENT_OTHER, name, NULL, NULL, reason, 0, line, len);
+	}
+}
+
+/* One complete line. Returns -1 when it ended the session (bad data). */
+static int dispatch_locked(lbc_client_t *c, const char *line, size_t len)
+{
+	lbc_jdoc_t d;
+	char msg[128];
+	const char *ev;
+	int64_t id;
+
+	if (lbc_json_parse(&d, line, len, msg, sizeof(msg)) < 0 || lbc_json_type(&d, 0) != LBC_J_OBJ) {
+		lbc_json_free(&d);
+		teardown_locked(c, LBC_LOST_DISCONNECTED,
+		                "the broker sent a line that is not a JSON object; connection dropped");
+		return -1;
+	}
+	ev = lbc_json_str(&d, 0, "event", NULL);
+	if (ev) {
+		handle_event_locked(c, &d, ev, line, len);
+		lbc_json_free(&d);
+		return 0;
+	}
+	/* an answer with "id": null (a line the broker could not read) has
+	 * nobody to go to: our lines are always valid, so it is dropped */
+	if (lbc_json_int(&d, 0, "id", &id) < 0 || id == 0) {
+		lbc_json_free(&d);
+		return 0;
+	}
+	for (lbc_pending_t *p = c->pending; p; p = p->next) {
+		if (p->id != id || p->done || p->gen != c->gen)
+			continue;
+		if (p->want_line) {
+			p->line = xcalloc(1, len + 1);
+			memcpy(p->line, line, len);
+		}
+		if (p->is_acquire && lbc_json_true(&d, 0, "ok"))
+			p->lease = lbc_lease_from_answer(c, &d, c->gen, p->lease_detached);
+		p->doc = d;
+		p->done = true;
+		p->status = LBC_OK;
+		pthread_cond_signal(&p->cv);
+		return 0;
+	}
+	lbc_json_free(&d);
+	return 0;
+}
+
+static bool blank(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] != ' ' && s[i] != '\t')
+			return false;
+	return true;
+}
+
+/* Hands out every complete line of rbuf. */
+static void process_locked(lbc_client_t *c)
+{
+	uint64_t gen = c->gen;
+	size_t start = 0;
+
+	while (c->state == ST_UP && c->gen == gen) {
+		char *nl = memchr(c->rbuf + start, '\n', c->rlen - start);
+		size_t len;
+
+		if (nl == NULL)
+			break;
+		len = (size_t)(nl - (c->rbuf + start));
+		if (len > 0 && c->rbuf[start + len - 1] == '\r')
+			len--;
+		if (!blank(c->rbuf + start, len) && dispatch_locked(c, c->rbuf + start, len) < 0)
+			return;
+		start = (size_t)(nl - c->rbuf) + 1;
+	}
+	if (c->state != ST_UP || c->gen != gen)
+		return;
+	memmove(c->rbuf, c->rbuf + start, c->rlen - start);
+	c->rlen -= start;
+	if (c->rlen > LBC_MAX_ANSWER)
+		teardown_locked(c, LBC_LOST_DISCONNECTED,
+		                "the broker sent a line longer than 16 MiB; connection dropped");
+}
+
+/* The reader role for one read: polls fd (and extra_fd) until deadline with
+ * the lock released, then hands out what arrived. Called with the lock
+ * held, the session up and nobody reading. */
+static void read_once(lbc_client_t *c, int64_t deadline, int extra_fd)
+{
+	char buf[16384];
+	struct pollfd pf[2];
+	int fd = c->fd, err = 0, r = 0;
+	uint64_t gen = c->gen;
+	ssize_t got = -1;
+
+	c->reading = true;
+	lbc_unlock(c);
+	if (extra_fd < 0 && (deadline < 0 || deadline - lbc_now_ms() >= LBC_RECV_SLICE_MS)) {
+		/* a far deadline: block in recv (one slice at most; shutdown()
+		 * by a teardown wakes it) */
+		got = recv(fd, buf, sizeof(buf), 0);
+		if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			err = errno;
+	} else {
+		pf[0] = (struct pollfd){.fd = fd, .events = POLLIN};
+		pf[1] = (struct pollfd){.fd = extra_fd, .events = POLLIN};
+		r = poll(pf, extra_fd >= 0 ? 2 : 1, lbc_poll_ms(deadline));
+		if (r > 0 && pf[0].revents) {
+			got = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+			if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				err = errno;
+		}
+	}
+	lbc_lock(c);
+	c->reading = false;
+	if (c->state == ST_UP && c->gen == gen) {
+		if (got > 0) {
+			if (c->rlen + (size_t)got > c->rcap) {
+				size_t cap = c->rcap ? c->rcap : 16384;
+				while (cap < c->rlen + (size_t)got)
+					cap *= 2;
+				c->rbuf = realloc(c->rbuf, cap);
+				if (c->rbuf == NULL)
+					abort();
+				c->rcap = cap;
+			}
+			memcpy(c->rbuf + c->rlen, buf, (size_t)got);
+			c->rlen += (size_t)got;
+			process_locked(c);
+		} else if (got == 0) {
+			teardown_locked(c, LBC_LOST_DISCONNECTED, "the broker closed the connection");
+		} else if (err) {
+			char m[128];
+			snprintf(m, sizeof(m), "reading from the broker: %s", strerror(err));
+			teardown_locked(c, LBC_LOST_DISCONNECTED, m);
+		}
+	}
+	close_dead_locked(c);
+}
+
+/* ---- connecting ------------------------------------------------------------------- */
+
+static void fill_info(lbc_server_info_t *info, const lbc_jdoc_t *d)
+{
+	uint32_t lim = lbc_json_get(d, 0, "limits");
+	const char *s;
+
+	memset(info, 0, sizeof(*info));
+	if ((s = lbc_json_str(d, 0, "server", NULL)))
+		snprintf(info->server, sizeof(info->server), "%s", s);
+	if ((s = lbc_json_str(d, 0, "session", NULL)))
+		snprintf(info->session, sizeof(info->session), "%s", s);
+	if ((s = lbc_json_str(d, 0, "broker", NULL)))
+		snprintf(info->broker, sizeof(info->broker), "%s", s);
+	(void)lbc_json_int(d, 0, "proto", &info->proto);
+	(void)lbc_json_int(d, lim, "max_line", &info->max_line);
+	(void)lbc_json_int(d, lim, "ttl_ms_min", &info->ttl_ms_min);
+	(void)lbc_json_int(d, lim, "ttl_ms_max", &info->ttl_ms_max);
+	(void)lbc_json_int(d, lim, "max_leases_per_session", &info->max_leases_per_session);
+	(void)lbc_json_int(d, lim, "max_waiters_per_session", &info->max_waiters_per_session);
+	(void)lbc_json_int(d, lim, "max_inflight", &info->max_inflight);
+	(void)lbc_json_int(d, lim, "keepalive_ms_min", &info->keepalive_ms_min);
+	(void)lbc_json_int(d, lim, "keepalive_ms_max", &info->keepalive_ms_max);
+	if (info->max_line <= 0)
+		info->max_line = 65536;
+	info->authorized = true;
+}
+
+/* Connects and says hello, without the lock (nobody else sees the socket
+ * yet). LBC_OK with *fd_out, *info and the bytes that came after hello's
+ * answer (*rest, *rest_len; malloc'd or NULL). */
+static lbc_status open_session(lbc_client_t *c, int64_t deadline, int *fd_out,
+                               lbc_server_info_t *info, char **rest, size_t *rest_len,
+                               lbc_error_t *err)
+{
+	char msg[200], *secret = NULL, *buf = NULL;
+	size_t blen = 0, bcap = 0;
+	int fd, e = 0;
+	int64_t id = lbc_next_id(c);
+	lbc_jw_t w;
+	char closing[64] = "";
+	lbc_status st = LBC_IO;
+
+	*rest = NULL;
+	*rest_len = 0;
+	if (c->auth_file) {
+		if (lbc_url_read_secret(c->auth_file, &secret, msg, sizeof(msg)) < 0)
+			return lbc_set_error(err, LBC_INVALID_ARGUMENT, msg);
+	} else if (c->auth) {
+		secret = xstrdup(c->auth);
+	}
+	fd = lbc_sock_open(&c->addr, deadline, &e, msg, sizeof(msg));
+	if (fd < 0) {
+		free(secret);
+		lbc_set_error(err, LBC_DISCONNECTED, msg);
+		if (err)
+			err->sys_errno = e;
+		return LBC_DISCONNECTED;
+	}
+	lbc_jw_init(&w);
+	lbc_req_begin(&w, id, "hello");
+	lbc_jw_kstr(&w, "client", c->label);
+	if (secret)
+		lbc_jw_kstr(&w, "auth", secret);
+	if (c->keepalive_ms > 0)
+		lbc_jw_kint(&w, "keepalive_ms", c->keepalive_ms);
+	lbc_req_finish(&w);
+	if (secret) {
+		memset(secret, 0, strlen(secret));
+		free(secret);
+	}
+	e = lbc_sock_write(fd, w.buf, w.len, deadline);
+	memset(w.buf, 0, w.len); /* it held the secret */
+	lbc_jw_free(&w);
+	if (e) {
+		close(fd);
+		lbc_set_errorf(err, LBC_DISCONNECTED, "sending hello: %s", strerror(e));
+		if (err)
+			err->sys_errno = e;
+		return LBC_DISCONNECTED;
+	}
+	for (;;) {
+		char *nl;
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+
+		while ((nl = blen ? memchr(buf, '\n', blen) : NULL) != NULL) {
+			size_t len = (size_t)(nl - buf), used = len + 1;
+			lbc_jdoc_t d;
+			int64_t got_id;
+
+			if (len > 0 && buf[len - 1] == '\r')
+				len--;
+			if (blank(buf, len)) {
+				memmove(buf, buf + used, blen - used);
+				blen -= used;
+				continue;
+			}
+			if (lbc_json_parse(&d, buf, len, msg, sizeof(msg)) < 0 ||
+			    lbc_json_type(&d, 0) != LBC_J_OBJ) {
+				lbc_json_free(&d);
+				st = lbc_set_error(err, LBC_IO, "the broker answered hello with something that is not a JSON object");
+				goto fail;
+			}
+			if (lbc_json_str(&d, 0, "event", NULL)) {
+				const char *r = lbc_json_str(&d, 0, "reason", NULL);
+				if (r)
+					snprintf(closing, sizeof(closing), "%s", r);
+			} else if (lbc_json_int(&d, 0, "id", &got_id) == 0 && got_id == id) {
+				memmove(buf, buf + used, blen - used);
+				blen -= used;
+				if (lbc_json_true(&d, 0, "ok")) {
+					fill_info(info, &d);
+				} else {
+					lbc_error_t e2;
+					st = lbc_set_broker_error(&e2, &d);
+					if (st != LBC_UNAUTHORIZED || c->auth || c->auth_file) {
+						if (err)
+							*err = e2;
+						lbc_json_free(&d);
+						goto fail;
+					}
+					/* no secret given: ping works, the rest says unauthorized */
+					memset(info, 0, sizeof(*info));
+					info->max_line = 65536;
+					info->authorized = false;
+				}
+				lbc_json_free(&d);
+				*fd_out = fd;
+				if (blen) {
+					*rest = buf;
+					*rest_len = blen;
+				} else {
+					free(buf);
+				}
+				return LBC_OK;
+			}
+			lbc_json_free(&d);
+			memmove(buf, buf + used, blen - used);
+			blen -= used;
+		}
+		int r = poll(&pf, 1, lbc_poll_ms(deadline));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 0 && lbc_poll_ms(deadline) == 0) {
+			st = lbc_set_error(err, LBC_DISCONNECTED, "no answer to hello in time");
+			goto fail;
+		}
+		if (r <= 0)
+			continue;
+		if (blen + 16384 > bcap) {
+			bcap = bcap ? bcap * 2 : 32768;
+			if (bcap > LBC_MAX_ANSWER) {
+				st = lbc_set_error(err, LBC_IO, "the broker's answer to hello is too long");
+				goto fail;
+			}
+			buf = realloc(buf, bcap);
+			if (buf == NULL)
+				abort();
+		}
+		ssize_t n = recv(fd, buf + blen, bcap - blen, MSG_DONTWAIT);
+		if (n > 0) {
+			blen += (size_t)n;
+			continue;
+		}
+		if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+			continue;
+		if (closing[0])
+			st = lbc_set_errorf(err, LBC_DISCONNECTED,
+			                    "the broker closed the connection during hello (closing: %s)",
+			                    closing);
+		else
+			st = lbc_set_errorf(err, LBC_DISCONNECTED,
+			                    "the broker closed the connection during hello%s%s",
+			                    n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+		goto fail;
+	}
+fail:
+	free(buf);
+	close(fd);
+	return st;
+}
+
+static bool fatal_connect_error(lbc_status st)
+{
+	return st != LBC_DISCONNECTED && st != LBC_IO && st != LBC_UNAVAILABLE &&
+	       st != LBC_SHUTTING_DOWN && st != LBC_LIMIT_EXCEEDED;
+}
+
+/* Returns with the session up (LBC_OK), or why not. Lock held; it is
+ * released while connecting. */
+static lbc_status ensure_session_locked(lbc_client_t *c, bool single_attempt, lbc_error_t *err)
+{
+	int64_t deadline = lbc_now_ms() + c->connect_timeout_ms;
+	lbc_error_t last;
+	bool tried = false;
+
+	lbc_set_error(&last, LBC_DISCONNECTED, "cannot connect to the broker");
+	for (;;) {
+		int64_t now = lbc_now_ms();
+
+		switch (c->state) {
+		case ST_UP:
+			return LBC_OK;
+		case ST_CLOSED:
+			return lbc_set_error(err, LBC_DISCONNECTED, "the client is closed");
+		case ST_CONNECTING:
+			if (now >= deadline)
+				return lbc_set_error(err, LBC_DISCONNECTED,
+				                     "another thread's connection attempt took too long");
+			timedwait(&c->cv, &c->mu, deadline);
+			continue;
+		case ST_DOWN:
+			break;
+		}
+		/* the backoff delays an attempt, but a call always gets one,
+		 * at its deadline at the latest */
+		int64_t attempt_at = c->next_attempt < deadline ? c->next_attempt : deadline;
+		if ((tried && now >= deadline) || (c->dead_fd >= 0 && now >= deadline)) {
+			if (err)
+				*err = last;
+			return last.status;
+		}
+		if (c->dead_fd >= 0 || (!tried && attempt_at > now) || (tried && c->next_attempt > now)) {
+			timedwait(&c->cv, &c->mu, c->dead_fd >= 0 ? deadline : attempt_at);
+			continue;
+		}
+
+		int fd = -1;
+		lbc_server_info_t info;
+		char *rest = NULL;
+		size_t rest_len = 0;
+		lbc_status st;
+
+		c->state = ST_CONNECTING;
+		lbc_unlock(c);
+		/* an attempt at the deadline still gets a moment to connect */
+		int64_t attempt_deadline = deadline > now + 100 ? deadline : now + 100;
+		st = open_session(c, attempt_deadline, &fd, &info, &rest, &rest_len, &last);
+		lbc_lock(c);
+		tried = true;
+		if (st == LBC_OK) {
+			c->fd = fd;
+			c->gen++;
+			c->state = ST_UP;
+			c->info = info;
+			c->backoff_ms = 0;
+			c->next_attempt = 0;
+			c->last_write = lbc_now_ms();
+			c->rlen = 0;
+			if (rest) {
+				free(c->rbuf);
+				c->rbuf = rest;
+				c->rlen = c->rcap = rest_len;
+				process_locked(c);
+			}
+			pthread_cond_broadcast(&c->cv);
+			if (c->state == ST_UP)
+				return LBC_OK;
+			continue;
+		}
+		c->state = ST_DOWN;
+		pthread_cond_broadcast(&c->cv);
+		if (fatal_connect_error(st) || single_attempt) {
+			if (err)
+				*err = last;
+			return st;
+		}
+		/* 50 ms doubling to 2 s, each drawn from its upper half */
+		c->backoff_ms = c->backoff_ms ? (c->backoff_ms * 2 > 2000 ? 2000 : c->backoff_ms * 2) : 50;
+		c->next_attempt = lbc_now_ms() + c->backoff_ms / 2 +
+		                  (int64_t)(((uint64_t)lbc_now_ms() * 2654435761u >> 7) %
+		                            (uint64_t)(c->backoff_ms / 2 + 1));
+	}
+}
+
+/* ---- requests ----------------------------------------------------------------------- */
+
+void lbc_req_begin(lbc_jw_t *w, int64_t id, const char *op)
+{
+	lbc_jw_raw(w, "{", 1);
+	lbc_jw_kint(w, "id", id);
+	if (op)
+		lbc_jw_kstr(w, "op", op);
+}
+
+void lbc_req_finish(lbc_jw_t *w)
+{
+	lbc_jw_raw(w, "}\n", 2);
+}
+
+enum { W_ANSWERED, W_TIMEDOUT, W_CANCEL };
+
+/* Waits for p's answer (lock held). */
+static int wait_answer_locked(lbc_client_t *c, lbc_pending_t *p, int64_t deadline,
+                              lbc_cancel_t *cancel, int cancel_fd)
+{
+	int rc = W_ANSWERED;
+
+	p->waiting = true;
+	while (!p->done) {
+		int64_t now = lbc_now_ms();
+
+		if (cancel && lbc_cancel_fired(cancel)) {
+			rc = W_CANCEL;
+			break;
+		}
+		if (deadline >= 0 && now >= deadline) {
+			rc = W_TIMEDOUT;
+			break;
+		}
+		if (c->state != ST_UP || c->gen != p->gen) { /* teardown marks it done; be safe */
+			p->done = true;
+			p->status = LBC_DISCONNECTED;
+			snprintf(p->message, sizeof(p->message), "the connection to the broker ended");
+			break;
+		}
+		if (!c->reading) {
+			read_once(c, deadline, cancel ? cancel_fd : -1);
+			continue;
+		}
+		int64_t until = deadline;
+		if (cancel && (until < 0 || until > now + 20))
+			until = now + 20; /* not the reader: look at the token now and then */
+		timedwait(&p->cv, &c->mu, until);
+	}
+	p->waiting = false;
+	handoff_locked(c);
+	return rc;
+}
+
+/* Writes w on the session p was registered on. Lock held on entry and exit. */
+static void write_locked(lbc_client_t *c, lbc_pending_t *p, const lbc_jw_t *w, int64_t deadline)
+{
+	int fd = c->fd, e;
+
+	c->writers++;
+	lbc_unlock(c);
+	pthread_mutex_lock(&c->wmu);
+	e = lbc_sock_write(fd, w->buf, w->len, deadline);
+	pthread_mutex_unlock(&c->wmu);
+	lbc_lock(c);
+	c->writers--;
+	c->last_write = lbc_now_ms();
+	if (e && c->state == ST_UP && c->gen == p->gen) {
+		char m[128];
+		snprintf(m, sizeof(m), "writing to the broker: %s", strerror(e));
+		teardown_locked(c, LBC_LOST_DISCONNECTED, m);
+	}
+	close_dead_locked(c);
+}
+
+lbc_status lbc_call(lbc_client_t *c, lbc_pending_t *p, lbc_jw_t *w, int64_t timeout_ms,
+                    lbc_cancel_t *cancel, lbc_error_t *err)
+{
+	lbc_status st = LBC_OK;
+	int64_t deadline, wdeadline;
+	int rc;
+
+	if (w->bad) {
+		return lbc_set_error(err, LBC_INVALID_ARGUMENT,
+		                     "a string of the request is not valid UTF-8");
+	}
+	lbc_lock(c);
+	if (p->no_connect && c->state != ST_UP)
+		st = lbc_set_error(err, LBC_DISCONNECTED, "no session");
+	else
+		st = ensure_session_locked(c, false, err);
+	if (st != LBC_OK) {
+		lbc_unlock(c);
+		lbc_deliver_events(c);
+		return st;
+	}
+	if ((int64_t)(w->len - 1) > c->info.max_line) {
+		int64_t max = c->info.max_line;
+		lbc_unlock(c);
+		return lbc_set_errorf(err, LBC_LINE_TOO_LONG,
+		                      "the request (%zu bytes) is longer than the broker's max_line (%lld bytes)",
+		                      w->len - 1, (long long)max);
+	}
+	p->gen = c->gen;
+	link_pending(c, p);
+	wdeadline = lbc_request_timeout(c) < 0 ? -1 : lbc_now_ms() + lbc_request_timeout(c);
+	write_locked(c, p, w, wdeadline);
+	deadline = timeout_ms < 0 ? -1 : lbc_now_ms() + timeout_ms;
+	rc = wait_answer_locked(c, p, deadline, cancel, cancel ? lbc_cancel_rfd(cancel) : -1);
+	if (rc == W_CANCEL && (p->done || c->state != ST_UP || c->gen != p->gen)) {
+		rc = W_ANSWERED; /* answered meanwhile, or its session ended */
+	} else if (rc == W_CANCEL) {
+		/* ask the broker to give the wait up, then take whatever the
+		 * acquire answers (cancelled, or a grant that crossed the cancel) */
+		lbc_pending_t q;
+		lbc_jw_t cw;
+
+		lbc_pending_init(&q, lbc_next_id(c));
+		lbc_jw_init(&cw);
+		lbc_req_begin(&cw, q.id, "cancel");
+		lbc_jw_kint(&cw, "target", p->id);
+		lbc_req_finish(&cw);
+		p->cancel_sent = true;
+		q.gen = p->gen;
+		link_pending(c, &q);
+		int64_t d2 = lbc_request_timeout(c) < 0 ? -1 : lbc_now_ms() + lbc_request_timeout(c);
+		write_locked(c, &q, &cw, d2);
+		lbc_jw_free(&cw);
+		rc = wait_answer_locked(c, p, d2, NULL, -1);
+		if (rc == W_ANSWERED)
+			(void)wait_answer_locked(c, &q, d2, NULL, -1);
+		unlink_pending(c, &q);
+		lbc_call_done(&q);
+	}
+	if (rc == W_TIMEDOUT && c->state == ST_UP && c->gen == p->gen) {
+		char m[128];
+		snprintf(m, sizeof(m), "no answer from the broker within %lld ms; connection dropped",
+		         (long long)(timeout_ms < 0 ? lbc_request_timeout(c) : timeout_ms));
+		teardown_locked(c, LBC_LOST_DISCONNECTED, m);
+		p->status = LBC_DISCONNECTED;
+		snprintf(p->message, sizeof(p->message), "%s", m);
+	}
+	unlink_pending(c, p);
+	handoff_locked(c);
+	st = p->done && p->status == LBC_OK ? LBC_OK : LBC_DISCONNECTED;
+	if (st != LBC_OK)
+		lbc_set_error(err, LBC_DISCONNECTED, p->message[0] ? p->message : NULL);
+	lbc_unlock(c);
+	lbc_deliver_events(c);
+	return st;
+}
+
+/* ---- the client ------------------------------------------------------------------------ */
+
+static void *keepalive_main(void *arg);
+
+static void default_label(char *buf, size_t len)
+{
+	char prog[64] = "c";
+	FILE *f = fopen("/proc/self/comm", "re");
+
+	if (f) {
+		if (fgets(prog, sizeof(prog), f) == NULL)
+			snprintf(prog, sizeof(prog), "c");
+		prog[strcspn(prog, "\n")] = '\0';
+		fclose(f);
+	}
+	snprintf(buf, len, "%s[%ld] lbclient/%s", prog, (long)getpid(), LBC_VERSION);
+}
+
+lbc_client_t *lbc_connect(const char *url, const lbc_options_t *opts, lbc_error_t *err)
+{
+	lbc_options_t o = {0};
+	lbc_client_t *c;
+	char msg[160], label[LBC_OWNER_MAX + 1];
+	lbc_addr_t addr;
+	lbc_status st;
+
+	if (opts)
+		o = *opts;
+	if (url == NULL)
+		url = lbc_default_url();
+	if (lbc_url_parse(url, &addr, msg, sizeof(msg)) < 0) {
+		lbc_set_errorf(err, LBC_INVALID_ARGUMENT, "bad broker URL: %s", msg);
+		return NULL;
+	}
+	if (o.auth && o.auth_file) {
+		lbc_set_error(err, LBC_INVALID_ARGUMENT, "give auth or auth_file, not both");
+		return NULL;
+	}
+	if (o.auth && (strlen(o.auth) > 65536 || !lbc_utf8_valid(o.auth, strlen(o.auth)))) {
+		lbc_set_error(err, LBC_INVALID_ARGUMENT, "auth must be UTF-8 text of at most 64 KiB");
+		return NULL;
+	}
+	if (o.keepalive_ms != 0 && (o.keepalive_ms < 500 || o.keepalive_ms > 600000)) {
+		lbc_set_error(err, LBC_INVALID_ARGUMENT, "keepalive_ms must be 0 or 500..600000");
+		return NULL;
+	}
+	if (o.connect_timeout_ms < 0) {
+		lbc_set_error(err, LBC_INVALID_ARGUMENT, "connect_timeout_ms must be >= 0");
+		return NULL;
+	}
+	if (o.client_label) {
+		size_t n = strlen(o.client_label);
+		if (n > LBC_OWNER_MAX || !lbc_utf8_valid(o.client_label, n)) {
+			lbc_set_error(err, LBC_INVALID_ARGUMENT,
+			              "client_label must be UTF-8 of at most 128 bytes");
+			return NULL;
+		}
+		snprintf(label, sizeof(label), "%s", o.client_label);
+	} else {
+		default_label(label, sizeof(label));
+	}
+
+	c = xcalloc(1, sizeof(*c));
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->wmu, NULL);
+	init_cond(&c->cv);
+	c->addr = addr;
+	c->auth = xstrdup(o.auth);
+	c->auth_file = xstrdup(o.auth_file);
+	c->label = xstrdup(label);
+	c->keepalive_ms = o.keepalive_ms;
+	c->connect_timeout_ms = o.connect_timeout_ms ? o.connect_timeout_ms : 5000;
+	c->request_timeout_ms = o.request_timeout_ms ? o.request_timeout_ms : 10000;
+	c->on_event = o.on_event;
+	c->event_arg = o.event_arg;
+	c->state = ST_DOWN;
+	c->fd = c->dead_fd = -1;
+	atomic_init(&c->next_id, 1);
+	atomic_init(&c->owner_seq, 1);
+
+	lbc_lock(c);
+	st = ensure_session_locked(c, true, err);
+	lbc_unlock(c);
+	if (st != LBC_OK) {
+		lbc_close(c);
+		return NULL;
+	}
+	if (c->keepalive_ms > 0) {
+		if (pthread_create(&c->ka, NULL, keepalive_main, c) != 0) {
+			lbc_set_error(err, LBC_IO, "cannot start the keepalive thread");
+			lbc_close(c);
+			return NULL;
+		}
+		c->ka_started = true;
+	}
+	return c;
+}
+
+/* Pings whenever nothing was written for a third of keepalive_ms; a ping
+ * unanswered within keepalive_ms drops the session (lbc_call does). It
+ * never connects: the next call of the application does. */
+static void *keepalive_main(void *arg)
+{
+	lbc_client_t *c = arg;
+	int64_t period = c->keepalive_ms / 3;
+
+	lbc_lock(c);
+	while (c->state != ST_CLOSED) {
+		int64_t now = lbc_now_ms();
+		if (c->state == ST_UP && now >= c->last_write + period) {
+			lbc_pending_t p;
+			lbc_jw_t w;
+
+			lbc_unlock(c);
+			lbc_pending_init(&p, lbc_next_id(c));
+			p.no_connect = true;
+			lbc_jw_init(&w);
+			lbc_req_begin(&w, p.id, "ping");
+			lbc_req_finish(&w);
+			(void)lbc_call(c, &p, &w, c->keepalive_ms, NULL, NULL);
+			lbc_jw_free(&w);
+			lbc_call_done(&p);
+			lbc_lock(c);
+			continue;
+		}
+		timedwait(&c->cv, &c->mu, c->state == ST_UP ? c->last_write + period : now + period);
+	}
+	lbc_unlock(c);
+	return NULL;
+}
+
+int lbc_close(lbc_client_t *c)
+{
+	int marked;
+
+	if (c == NULL)
+		return 0;
+	lbc_lock(c);
+	marked = teardown_locked(c, LBC_LOST_CLOSED, "the client was closed");
+	c->state = ST_CLOSED;
+	pthread_cond_broadcast(&c->cv);
+	lbc_unlock(c);
+	if (c->ka_started)
+		pthread_join(c->ka, NULL);
+	lbc_lock(c);
+	close_dead_locked(c);
+	if (c->dead_fd >= 0) { /* nobody can be using it any more */
+		close(c->dead_fd);
+		c->dead_fd = -1;
+	}
+	/* handles outlive the client: they answer "lost, closed" (detached
+	 * ones stay unlost: the broker keeps them) */
+	while (c->leases) {
+		lbc_lease_t *l = c->leases;
+		if (!l->detached)
+			marked += mark_one_locked(c, l, LBC_LOST_CLOSED);
+		lbc_unlink_lease_locked(l);
+		l->client = NULL;
+	}
+	while (c->evq) {
+		qevent_t *q = c->evq;
+		c->evq = q->next;
+		free_qevent(q);
+	}
+	lbc_unlock(c);
+	pthread_mutex_destroy(&c->mu);
+	pthread_mutex_destroy(&c->wmu);
+	pthread_cond_destroy(&c->cv);
+	free(c->rbuf);
+	if (c->auth)
+		memset(c->auth, 0, strlen(c->auth));
+	free(c->auth);
+	free(c->auth_file);
+	free(c->label);
+	free(c);
+	return marked;
+}
+
+int lbc_fd(lbc_client_t *c)
+{
+	int fd;
+
+	if (c == NULL)
+		return -1;
+	lbc_lock(c);
+	fd = c->state == ST_UP ? c->fd : -1;
+	lbc_unlock(c);
+	return fd;
+}
+
+lbc_status lbc_server_info(lbc_client_t *c, lbc_server_info_t *out, lbc_error_t *err)
+{
+	if (c == NULL || out == NULL)
+		return lbc_set_error(err, LBC_INVALID_ARGUMENT, "NULL argument");
+	lbc_lock(c);
+	if (c->state != ST_UP) {
+		lbc_unlock(c);
+		return lbc_set_error(err, LBC_DISCONNECTED, "no session");
+	}
+	*out = c->info;
+	lbc_unlock(c);
+	return LBC_OK;
+}
+
+int lbc_poll(lbc_client_t *c, int timeout_ms, lbc_error_t *err)
+{
+	lbc_pending_t q;
+	int64_t deadline = timeout_ms < 0 ? -1 : lbc_now_ms() + timeout_ms;
+	bool did_read = false;
+	int n;
+
+	if (c == NULL) {
+		lbc_set_error(err, LBC_INVALID_ARGUMENT, "NULL client");
+		return -1;
+	}
+	lbc_pending_init(&q, 0);
+	lbc_lock(c);
+	q.gen = c->gen;
+	link_pending(c, &q);
+	for (;;) {
+		if (c->lost_unpolled > 0 || c->state != ST_UP)
+			break;
+		if (!c->reading) {
+			if (did_read && deadline >= 0 && lbc_now_ms() >= deadline)
+				break;
+			read_once(c, deadline, -1);
+			did_read = true;
+			continue;
+		}
+		if (deadline >= 0 && lbc_now_ms() >= deadline)
+			break;
+		q.waiting = true;
+		timedwait(&q.cv, &c->mu, deadline);
+		q.waiting = false;
+	}
+	n = c->lost_unpolled;
+	c->lost_unpolled = 0;
+	unlink_pending(c, &q);
+	handoff_locked(c);
+	lbc_unlock(c);
+	lbc_call_done(&q);
+	lbc_deliver_events(c);
+	return n;
+}
