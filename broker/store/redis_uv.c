@@ -17,8 +17,10 @@
 
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "broker/base/log.h"
+#include "broker/base/shared.h"
 
 typedef struct redis_uv {
 	redisAsyncContext *ac; /* NULL once hiredis let go of it */
@@ -156,4 +158,36 @@ bool redis_uv_addr_name(const struct addrinfo *ai, char *ip, size_t len)
 	if (ai->ai_family == AF_INET)
 		return uv_ip4_name((const struct sockaddr_in *)ai->ai_addr, ip, len) == 0;
 	return false;
+}
+
+redisReply *redis_reply_copy(const redisReply *r)
+{
+	redisReply *c = xcalloc(1, sizeof(*c));
+
+	c->type = r->type;
+	c->integer = r->integer;
+	if (r->str) {
+		c->str = xmalloc(r->len + 1);
+		memcpy(c->str, r->str, r->len);
+		c->str[r->len] = '\0';
+		c->len = r->len;
+	}
+	if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
+		c->element = xcalloc(r->elements, sizeof(*c->element));
+		c->elements = r->elements;
+		for (size_t k = 0; k < r->elements; k++)
+			c->element[k] = redis_reply_copy(r->element[k]);
+	}
+	return c;
+}
+
+void redis_reply_free(redisReply *r)
+{
+	if (!r)
+		return;
+	for (size_t k = 0; k < r->elements; k++)
+		redis_reply_free(r->element[k]);
+	free(r->element);
+	free(r->str);
+	free(r);
 }

@@ -29,4 +29,10 @@ int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop, void (*on_freed)(voi
  * ip; false (ip untouched) when it is neither IPv4 nor IPv6. */
 bool redis_uv_addr_name(const struct addrinfo *ai, char *ip, size_t len);
 
+/* A deep copy of a reply that outlives its callback (hiredis 0.14 frees
+ * replies when the callback returns: rpool's kept replies, Redlock's
+ * inspect merge); redis_reply_free frees one (NULL: nothing). */
+redisReply *redis_reply_copy(const redisReply *r);
+void redis_reply_free(redisReply *r);
+
 #endif

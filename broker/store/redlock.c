@@ -60,6 +60,7 @@
 #include "broker/base/timers.h"
 #include "broker/store/canary.h"
 #include "broker/store/lockscript.h"
+#include "broker/store/redis_uv.h"
 #include "broker/store/redlock_vote.h"
 #include "broker/store/rpool.h"
 
@@ -237,38 +238,6 @@ static void deliver_error(rl_call_t *c, const char *msg)
 	redisReply e = {.type = REDIS_REPLY_ERROR, .str = (char *)msg, .len = strlen(msg)};
 
 	deliver(c, &e);
-}
-
-static redisReply *reply_dup(const redisReply *r)
-{
-	redisReply *d = xcalloc(1, sizeof(*d));
-
-	d->type = r->type;
-	d->integer = r->integer;
-	if (r->str) {
-		d->str = xmalloc(r->len + 1);
-		memcpy(d->str, r->str, r->len);
-		d->str[r->len] = '\0';
-		d->len = r->len;
-	}
-	if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
-		d->element = xcalloc(r->elements, sizeof(*d->element));
-		d->elements = r->elements;
-		for (size_t k = 0; k < r->elements; k++)
-			d->element[k] = reply_dup(r->element[k]);
-	}
-	return d;
-}
-
-static void reply_free(redisReply *r)
-{
-	if (!r)
-		return;
-	for (size_t k = 0; k < r->elements; k++)
-		reply_free(r->element[k]);
-	free(r->element);
-	free(r->str);
-	free(r);
 }
 
 /* What master i answered, as far as the merges need it. */
@@ -749,7 +718,7 @@ static void call_free(rl_call_t *c)
 	if (c->timer_on)
 		timer_cancel(&c->timer);
 	for (int i = 0; i < c->n; i++)
-		reply_free(c->copy[i]);
+		redis_reply_free(c->copy[i]);
 	for (int k = 0; k < c->argc; k++)
 		free(c->argv[k]);
 	free(c->argv);
@@ -818,7 +787,7 @@ static void on_leg(const redisReply *r, void *priv)
 	} else {
 		record(c, i, r);
 		if (c->script == SCRIPT_INSPECT && c->st[i] == LEG_OK)
-			c->copy[i] = reply_dup(r);
+			c->copy[i] = redis_reply_copy(r);
 		/* A master that answers after the release was answered 0 and
 		 * still has levels gives them back (see merge_count). */
 		if (c->script == SCRIPT_RELEASE && c->released && !c->cleaned && c->st[i] == LEG_OK &&

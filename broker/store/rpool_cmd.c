@@ -26,6 +26,7 @@
  * connection that was reloading, it keeps its place among the commands
  * kept there.
  */
+#include "broker/store/redis_uv.h"
 #include "broker/store/rpool.h"
 
 #include <stdlib.h>
@@ -49,40 +50,6 @@ static struct {
 static void on_reply(redisAsyncContext *ac, void *r, void *priv);
 static void on_wait_reply(redisAsyncContext *ac, void *r, void *priv);
 static void reload_when_quiet(rconn_t *c);
-
-/* A deep copy of a reply that outlives its callback (hiredis 0.14 frees
- * replies when the callback returns); reply_free frees it. */
-static redisReply *reply_copy(const redisReply *r)
-{
-	redisReply *c = xcalloc(1, sizeof(*c));
-
-	c->type = r->type;
-	c->integer = r->integer;
-	if (r->str) {
-		c->str = xmalloc(r->len + 1);
-		memcpy(c->str, r->str, r->len);
-		c->str[r->len] = '\0';
-		c->len = r->len;
-	}
-	if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
-		c->element = xcalloc(r->elements, sizeof(*c->element));
-		c->elements = r->elements;
-		for (size_t k = 0; k < r->elements; k++)
-			c->element[k] = reply_copy(r->element[k]);
-	}
-	return c;
-}
-
-static void reply_free(redisReply *r)
-{
-	if (!r)
-		return;
-	for (size_t k = 0; k < r->elements; k++)
-		reply_free(r->element[k]);
-	free(r->element);
-	free(r->str);
-	free(r);
-}
 
 /* The WAIT sent behind cmd answers nobody now: cmd goes another way. */
 static void wait_detach(rcmd_t *cmd)
@@ -211,7 +178,7 @@ void rp_deliver(rcmd_t *cmd, const redisReply *reply)
 	delivery.replayed = false;
 	if (cmd->unacked)
 		delivery.unacked = false;
-	reply_free(held);
+	redis_reply_free(held);
 	free(cmd);
 }
 
@@ -432,7 +399,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 	}
 	if (reply && cmd->wref) {
 		/* Answered once the WAIT behind it is. */
-		cmd->held = reply_copy(reply);
+		cmd->held = redis_reply_copy(reply);
 		return;
 	}
 	if (reply && cmd->wait && pool->wait_replicas > 0)
