@@ -234,6 +234,19 @@ void wq_withdraw_quietly(const waiter_t *w)
 		free(q); /* no script loaded yet: nothing of it can be in Redis */
 }
 
+/* w waits on, but its acquire did not go out or its fate is unknown: the
+ * lock's next heartbeat (Redlock: round) sends it again, a safety-net
+ * interval from now, and no wake brings that forward. */
+static void retry_at_safety_net(waiter_t *w)
+{
+	uint64_t at = timers_now() + LOCK_SAFETY_NET_MS;
+
+	w->unsent = true;
+	w->wl->rl_not_before = at; /* Redlock only */
+	w->wl->rl_wakeable = false;
+	wq_wlock_arm(w->wl, at);
+}
+
 static void acquire_reply(const redisReply *r, waiter_t *w)
 {
 	int64_t status, a = 0, b = 0, hold = 0;
@@ -271,10 +284,7 @@ static void acquire_reply(const redisReply *r, waiter_t *w)
 			/* It may or may not be queued: the next heartbeat sends the
 			 * acquire again (the script takes a repeat as a repeat). */
 			w->state = W_QUEUED;
-			w->unsent = true;
-			w->wl->rl_not_before = timers_now() + LOCK_SAFETY_NET_MS; /* Redlock only */
-			w->wl->rl_wakeable = false;
-			wq_wlock_arm(w->wl, timers_now() + LOCK_SAFETY_NET_MS);
+			retry_at_safety_net(w);
 			wq_answer_tries_behind(w);
 			return;
 		}
@@ -551,10 +561,7 @@ void wq_waiter_send_now(waiter_t *w)
 	client_op_end(s);
 	w->state = W_QUEUED;
 	if (w->wait && w->end == WEND_NONE) {
-		w->unsent = true; /* waits on; the next heartbeat tries again */
-		w->wl->rl_not_before = timers_now() + LOCK_SAFETY_NET_MS; /* Redlock only */
-		w->wl->rl_wakeable = false;
-		wq_wlock_arm(w->wl, timers_now() + LOCK_SAFETY_NET_MS);
+		retry_at_safety_net(w); /* waits on; the next heartbeat tries again */
 		return;
 	}
 	if (w->end == WEND_NONE)
