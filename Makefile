@@ -83,10 +83,11 @@ build/lockbrokerd: build/rel/cmd/lockbrokerd/main.o build/rel/liblb.a
 	$(CC) -o $@ $^ $(PKG_LIBS) -lm
 build/san/lockbrokerd: build/san/cmd/lockbrokerd/main.o build/san/liblb.a
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(PKG_LIBS) -lm
-build/lockctl: $(patsubst %.c,build/rel/%.o,$(LOCKCTL_SRCS)) build/rel/liblb.a
-	$(CC) -o $@ $^ $(PKG_LIBS) -lm
-build/san/lockctl: $(patsubst %.c,build/san/%.o,$(LOCKCTL_SRCS)) build/san/liblb.a
-	$(CC) $(SAN_FLAGS) -o $@ $^ $(PKG_LIBS) -lm
+# lockctl talks to the broker through the C client (clients/c, issue 19).
+build/lockctl: $(patsubst %.c,build/rel/%.o,$(LOCKCTL_SRCS)) build/rel/liblb.a build/clients/c/liblbclient.a
+	$(CC) -o $@ $^ $(PKG_LIBS) -lm -pthread
+build/san/lockctl: $(patsubst %.c,build/san/%.o,$(LOCKCTL_SRCS)) build/san/liblb.a build/clients/c/san/liblbclient.a
+	$(CC) $(SAN_FLAGS) -o $@ $^ $(PKG_LIBS) -lm -pthread
 build/san/unit_tests: $(patsubst %.c,build/san/%.o,$(UNIT_SRCS)) build/san/liblb.a
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(CRIT_LIBS) $(PKG_LIBS) -lm
 build/san/integration_tests: $(patsubst %.c,build/san/%.o,$(INTEG_SRCS)) build/san/liblb.a

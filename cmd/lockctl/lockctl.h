@@ -1,12 +1,13 @@
 /*
  * lockctl.h - what the files of lockctl, the command-line client, share:
- * exit statuses, the blocking connection to the broker (conn.c), small
- * helpers (util.c) and the subcommands (main.c, run.c).
+ * exit statuses, its use of the C client library (client.c: connecting,
+ * acquire options, statuses to exit statuses), small helpers (util.c) and
+ * the subcommands (main.c, run.c).
  *
- * lockctl is single-threaded and uses blocking-style I/O on a non-blocking
- * socket with poll(); it holds one session (one connection) at a time.
- * Ownership: a lc_conn_t owns its socket and frame buffer; messages handed
- * out by conn_next() / conn_wait() belong to the caller (json_decref, free).
+ * lockctl talks to the broker only through clients/c (lbclient.h): one
+ * lbc_client_t, one session, one thread. It is single-threaded (no
+ * keepalive thread is asked for), so fork() in run is safe.
+ * Ownership: the client from lc_connect is the caller's (lbc_close).
  */
 #ifndef LB_CMD_LOCKCTL_H
 #define LB_CMD_LOCKCTL_H
@@ -17,7 +18,7 @@
 #include <jansson.h>
 
 #include "broker/base/log.h"
-#include "protocol/frame.h"
+#include "clients/c/lbclient.h"
 
 /* Exit statuses (sysexits.h numbers where one fits; documented in --help).
  * `run` otherwise exits with the command's status, 128+N when the command
@@ -37,9 +38,6 @@ enum {
 };
 
 #define LC_NAME "lockctl"
-#define LC_DEFAULT_UNIX "/run/lockbroker/lockbroker.sock"
-#define LC_DEFAULT_TCP "tcp://127.0.0.1:7380"
-#define LC_MAX_LINE (16u << 20) /* longest answer accepted from the broker */
 #define LC_DURATION_MAX_MS INT64_C(9007199254740991) /* 2^53 - 1: a JSON integer */
 
 /* ---- util.c ---------------------------------------------------------------- */
@@ -61,51 +59,15 @@ int lc_poll_ms(int64_t deadline);
  * (at least 84 bytes). */
 const char *lc_masked(const char *s, char *buf);
 #define LC_MASK_BUF 84
-/* The exit status for a broker error answer; prints "lockctl: WHAT: CODE:
- * MESSAGE" unless quiet. wait_ms tells a busy lock (0) from a timeout. */
-int lc_broker_error(const char *what, const json_t *resp, int64_t wait_ms);
 
-/* ---- conn.c ---------------------------------------------------------------- */
+/* ---- client.c: lockctl on the C client ------------------------------------- */
 
-typedef struct lc_conn {
-	int fd;             /* -1 when closed */
-	frame_t frame;
-	json_int_t next_id; /* ids of our requests: 1, 2, ... */
-	bool eof;           /* the broker closed the connection */
-	char server[64];    /* "lockbroker/X.Y.Z" from hello, masked */
-	json_int_t proto;
-} lc_conn_t;
-
-/* Connect to url (tcp://HOST:PORT or unix:///PATH) within timeout_ms.
- * Returns 0, LC_EXIT_USAGE (bad URL) or LC_EXIT_UNAVAILABLE, having printed
- * the error. c is usable with conn_close() in every case. */
-int conn_open(lc_conn_t *c, const char *url, int64_t timeout_ms);
-void conn_close(lc_conn_t *c);
-/* Sends req (not taken) with "id" set to a fresh id, returned in *id.
- * Returns 0 or LC_EXIT_UNAVAILABLE (printed). */
-int conn_send(lc_conn_t *c, json_t *req, json_int_t *id, int64_t timeout_ms);
-/* Reads what the socket has without blocking. Returns 0, or -1 once the
- * connection is closed or failed (c->eof set). */
-int conn_fill(lc_conn_t *c);
-/* Takes the next buffered message: 1 with *msg (new reference) and *raw
- * (malloc'd line, may be NULL if not wanted); 0 when none is complete;
- * LC_EXIT_INTERNAL (printed) when the broker sent something that is not a
- * JSON object or too long a line. */
-int conn_next(lc_conn_t *c, json_t **msg, char **raw);
-/* Waits up to timeout_ms (< 0: forever) for the answer to id; events and
- * other answers met on the way are dropped. Returns 0 with *resp (new
- * reference) and *raw (malloc'd, if raw is not NULL), or an exit status
- * (printed; what names the request). */
-int conn_wait(lc_conn_t *c, json_int_t id, int64_t timeout_ms, const char *what,
-              json_t **resp, char **raw);
-/* conn_send + conn_wait; req is taken. */
-int conn_call(lc_conn_t *c, json_t *req, int64_t timeout_ms, const char *what,
-              json_t **resp, char **raw);
-/* hello with client "lockctl/VERSION" and, when auth is not NULL, the
- * secret. Returns 0 or an exit status (printed; never the secret). Without
- * a secret, an unauthorized hello is not an error: ping needs no auth, and
- * every other op then answers unauthorized by itself. */
-int conn_hello(lc_conn_t *c, const char *auth, int64_t timeout_ms);
+/* The exit status of a failed lbc_* call (st != LBC_OK); wait_ms tells a
+ * busy lock (0) from a timeout (anything else). */
+int lc_status_exit(lbc_status st, int64_t wait_ms);
+/* Prints "lockctl: WHAT: CODE: MESSAGE" (masked; lbc never puts a secret
+ * in a message) and returns lc_status_exit(err->status, wait_ms). */
+int lc_fail(const char *what, const lbc_error_t *err, int64_t wait_ms);
 
 /* ---- the subcommands ------------------------------------------------------- */
 
@@ -127,13 +89,20 @@ typedef struct lc_lock_opts {
 	int64_t kill_after_ms; /* run: SIGTERM -> SIGKILL grace */
 } lc_lock_opts_t;
 
-/* The acquire request for o (new reference). */
-json_t *lc_acquire_req(const lc_lock_opts_t *o);
-/* The exit status for an acquire's error answer (printed): busy, timeout
- * or what lc_broker_error says. */
-int lc_acquire_error(const lc_lock_opts_t *o, const json_t *resp);
-/* Connects and says hello. Returns 0 or an exit status (printed). */
-int lc_connect(const lc_global_t *g, lc_conn_t *c);
+/* The lbc options for o (cancel: the token that gives the wait up, or NULL). */
+lbc_acquire_opts_t lc_acquire_opts(const lc_lock_opts_t *o, lbc_cancel_t *cancel);
+/* The fields of o's acquire request as a JSON object's text (malloc'd),
+ * for lbc_request (--json). */
+char *lc_acquire_fields(const lc_lock_opts_t *o);
+/* The exit status for a failed acquire (printed): busy, timeout, or what
+ * lc_fail says. */
+int lc_acquire_fail(const lc_lock_opts_t *o, const lbc_error_t *err);
+/* Connects and says hello (label "lockctl/VERSION", the secret of
+ * --auth-file, --timeout for connecting and each answer). on_event may be
+ * NULL. Returns 0 with *out, or an exit status (printed): LC_EXIT_USAGE
+ * for a bad URL, LC_EXIT_UNAVAILABLE when the broker cannot be reached. */
+int lc_connect(const lc_global_t *g, void (*on_event)(void *, const lbc_event_t *), void *arg,
+               lbc_client_t **out);
 /* run: cmd is the NULL-terminated command line. Returns the exit status. */
 int lc_run(const lc_global_t *g, const lc_lock_opts_t *o, char **cmd);
 

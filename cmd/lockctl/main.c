@@ -1,7 +1,9 @@
 /*
  * main.c - lockctl, the command-line client of lockbrokerd: option parsing,
  * the usage text (the reference for exit statuses), and the one-request
- * subcommands (acquire --detach, release, extend, inspect, stats, ping).
+ * subcommands (acquire --detach, release, extend, inspect, stats, ping),
+ * each one session of the C client (client.c); --json sends the request
+ * through lbc_request and prints the broker's answer line as it came.
  * `run` lives in run.c.
  *
  * Every path frees what it allocated before returning its exit status, so
@@ -16,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "broker/base/version.h"
@@ -34,7 +35,9 @@ static const char usage_text[] =
 "      COMMAND runs, release it when COMMAND exits, and exit with COMMAND's\n"
 "      status. If the lease is lost (expired, gone from Redis, --max-hold\n"
 "      reached, connection to the broker lost), COMMAND gets SIGTERM, then\n"
-"      SIGKILL after --kill-after (default 5s), and lockctl exits 75.\n"
+"      SIGKILL after --kill-after (default 5s), and lockctl exits 75. It\n"
+"      also exits 75 when the release after COMMAND's end finds the lease\n"
+"      lost: COMMAND may have run part of its time without the lock.\n"
 "      SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to lockctl\n"
 "      are forwarded to COMMAND; before the lock is granted they make\n"
 "      lockctl give up and exit 128+N. COMMAND leads its own process group\n"
@@ -105,6 +108,7 @@ static const char usage_text[] =
 "  73     lock busy: held elsewhere and --no-wait (or --wait 0)\n"
 "  74     timeout: --wait ran out before the lock was granted\n"
 "  75     run: the lease was lost while COMMAND ran; COMMAND was stopped\n"
+"         (or had just ended: the release found the lease lost)\n"
 "  76     the broker refused the request: not_held (unknown, released or\n"
 "         expired lease), conflict, unauthorized, limit_exceeded, ...\n"
 "  126    run: COMMAND could not be executed\n"
@@ -280,140 +284,122 @@ static int lock_opt(lc_lock_opts_t *o, bool run, int argc, char **argv, int *i)
 	return 1;
 }
 
-json_t *lc_acquire_req(const lc_lock_opts_t *o)
-{
-	json_t *req = json_pack("{s:s, s:s}", "op", "acquire", "lock", o->name);
-
-	REQUIRE(req != NULL);
-	if (o->shared)
-		json_object_set_new(req, "mode", json_string("shared"));
-	if (o->limit > 0)
-		json_object_set_new(req, "limit", json_integer(o->limit));
-	if (o->ttl_ms >= 0)
-		json_object_set_new(req, "ttl_ms", json_integer(o->ttl_ms));
-	if (o->wait_ms >= 0)
-		json_object_set_new(req, "wait_ms", json_integer(o->wait_ms));
-	if (o->max_hold_ms >= 0)
-		json_object_set_new(req, "max_hold_ms", json_integer(o->max_hold_ms));
-	if (o->detach)
-		json_object_set_new(req, "detach", json_true());
-	return req;
-}
-
-int lc_acquire_error(const lc_lock_opts_t *o, const json_t *resp)
-{
-	const char *code = NULL;
-	char nb[LC_MASK_BUF];
-
-	json_unpack((json_t *)resp, "{s:{s:s}}", "error", "code", &code);
-	if (code && strcmp(code, "timeout") == 0 && o->wait_ms == 0) {
-		lc_err("lock \"%s\" is busy", lc_masked(o->name, nb));
-		return LC_EXIT_BUSY;
-	}
-	if (code && strcmp(code, "timeout") == 0) {
-		lc_err("timed out after %" PRId64 " ms waiting for lock \"%s\"", o->wait_ms,
-		       lc_masked(o->name, nb));
-		return LC_EXIT_TIMEOUT;
-	}
-	return lc_broker_error("acquire", resp, o->wait_ms);
-}
-
-int lc_connect(const lc_global_t *g, lc_conn_t *c)
-{
-	int r = conn_open(c, g->url, g->timeout_ms);
-
-	if (r == 0)
-		r = conn_hello(c, g->auth, g->timeout_ms);
-	return r;
-}
-
 /* ---- one-request subcommands ------------------------------------------- */
 
-/* Sends req (taken) on a new session and returns the answer. In --json
- * mode the answer line is printed whatever it says. Returns 0 with *resp
- * when ok: true, else the exit status (printed). lock: the options of an
- * acquire, else NULL. */
-static int one_request(const lc_global_t *g, json_t *req, const char *what,
-                       const lc_lock_opts_t *lock, int64_t answer_timeout_ms, json_t **resp)
+/* fields (taken) as a JSON object's text for lbc_request (malloc'd). */
+static char *fields_text(json_t *fields)
 {
-	lc_conn_t c;
-	char *raw = NULL;
-	int r = lc_connect(g, &c);
+	char *s;
 
-	*resp = NULL;
+	REQUIRE(fields != NULL);
+	s = json_dumps(fields, JSON_COMPACT);
+	REQUIRE(s != NULL);
+	json_decref(fields);
+	return s;
+}
+
+/* op with fields (taken; may be NULL) on a new session, through
+ * lbc_request. In --json mode the answer line is printed whatever it
+ * says. Returns 0 with *answer (when not NULL; the caller frees it) when
+ * ok: true, else the exit status (printed). lock: the options of an
+ * acquire, else NULL. */
+static int one_request(const lc_global_t *g, const char *op, char *fields,
+                       const lc_lock_opts_t *lock, char **answer)
+{
+	lbc_client_t *c;
+	lbc_error_t err;
+	char *line = NULL;
+	lbc_status st;
+	int r = lc_connect(g, NULL, NULL, &c);
+
+	if (answer)
+		*answer = NULL;
 	if (r != 0) {
-		json_decref(req);
-		conn_close(&c);
+		free(fields);
 		return r;
 	}
-	r = conn_call(&c, req, answer_timeout_ms, what, resp, &raw);
-	conn_close(&c);
-	if (r != 0)
-		return r;
-	if (g->json)
-		printf("%s\n", raw);
-	free(raw);
-	if (!json_is_true(json_object_get(*resp, "ok"))) {
-		r = lock ? lc_acquire_error(lock, *resp) : lc_broker_error(what, *resp, -1);
-		json_decref(*resp);
-		*resp = NULL;
+	st = lbc_request(c, op, fields, &line, &err);
+	lbc_close(c);
+	free(fields);
+	if (g->json && line)
+		printf("%s\n", line);
+	if (st != LBC_OK) {
+		free(line);
+		return lock ? lc_acquire_fail(lock, &err) : lc_fail(op, &err, -1);
 	}
-	return r;
+	if (answer)
+		*answer = line;
+	else
+		free(line);
+	return 0;
 }
 
 static int cmd_acquire(const lc_global_t *g, const lc_lock_opts_t *o)
 {
-	json_t *resp;
-	const char *lease;
-	int64_t tmo = o->wait_ms < 0 ? -1 : o->wait_ms + g->timeout_ms;
-	int r = one_request(g, lc_acquire_req(o), "acquire", o, tmo, &resp);
+	lbc_acquire_opts_t ao = lc_acquire_opts(o, NULL);
+	lbc_client_t *c;
+	lbc_lease_t *lease;
+	lbc_error_t err;
+	lbc_status st;
+	int r;
 
-	if (r != 0)
+	if (g->json)
+		return one_request(g, "acquire", lc_acquire_fields(o), o, NULL);
+	if ((r = lc_connect(g, NULL, NULL, &c)) != 0)
 		return r;
-	if (json_unpack(resp, "{s:s}", "lease", &lease) < 0) {
-		lc_err("acquire: the answer has no lease");
-		json_decref(resp);
-		return LC_EXIT_INTERNAL;
+	st = lbc_acquire(c, o->name, &ao, &lease, &err);
+	if (st == LBC_OK) {
+		printf("%s\n", lbc_lease_token(lease));
+		lbc_lease_free(lease); /* detached: it lives on, by its token */
 	}
-	if (!g->json)
-		printf("%s\n", lease);
-	json_decref(resp);
-	return 0;
+	lbc_close(c);
+	return st == LBC_OK ? 0 : lc_acquire_fail(o, &err);
 }
 
 static int cmd_release(const lc_global_t *g, const char *token)
 {
-	json_t *resp;
-	int r = one_request(g, json_pack("{s:s, s:s}", "op", "release", "lease", token),
-	                    "release", NULL, g->timeout_ms, &resp);
+	lbc_client_t *c;
+	lbc_error_t err;
+	lbc_status st;
+	int64_t count = 0;
+	int r;
 
-	if (r != 0)
+	if (g->json)
+		return one_request(g, "release", fields_text(json_pack("{s:s}", "lease", token)), NULL,
+		                   NULL);
+	if ((r = lc_connect(g, NULL, NULL, &c)) != 0)
 		return r;
-	if (!g->json) {
-		json_int_t count = json_integer_value(json_object_get(resp, "count"));
-		if (count == 0)
-			printf("released\n");
-		else
-			printf("released one level; the lease is still held (count %" JSON_INTEGER_FORMAT ")\n",
-			       count);
-	}
-	json_decref(resp);
+	st = lbc_release_token(c, token, &count, &err);
+	lbc_close(c);
+	if (st != LBC_OK)
+		return lc_fail("release", &err, -1);
+	if (count == 0)
+		printf("released\n");
+	else
+		printf("released one level; the lease is still held (count %" PRId64 ")\n", count);
 	return 0;
 }
 
 static int cmd_extend(const lc_global_t *g, const char *token, int64_t ttl_ms)
 {
-	json_t *resp;
-	int r = one_request(g, json_pack("{s:s, s:s, s:I}", "op", "extend", "lease", token,
-	                                 "ttl_ms", (json_int_t)ttl_ms),
-	                    "extend", NULL, g->timeout_ms, &resp);
+	lbc_client_t *c;
+	lbc_error_t err;
+	lbc_status st;
+	int64_t left = 0;
+	int r;
 
-	if (r != 0)
+	if (g->json)
+		return one_request(g, "extend",
+		                   fields_text(json_pack("{s:s, s:I}", "lease", token, "ttl_ms",
+		                                         (json_int_t)ttl_ms)),
+		                   NULL, NULL);
+	if ((r = lc_connect(g, NULL, NULL, &c)) != 0)
 		return r;
-	if (!g->json)
-		printf("extended: the lease now ends in %" JSON_INTEGER_FORMAT " ms\n",
-		       json_integer_value(json_object_get(resp, "ttl_ms")));
-	json_decref(resp);
+	st = lbc_extend_token(c, token, ttl_ms, &left, &err);
+	lbc_close(c);
+	if (st != LBC_OK)
+		return lc_fail("extend", &err, -1);
+	printf("extended: the lease now ends in %" PRId64 " ms\n", left);
 	return 0;
 }
 
@@ -435,57 +421,70 @@ static void print_value(const char *label, const json_t *v)
 
 static int cmd_inspect(const lc_global_t *g, const char *name)
 {
-	json_t *resp, *holders, *h;
-	size_t i;
-	int r = one_request(g, json_pack("{s:s, s:s}", "op", "inspect", "lock", name),
-	                    "inspect", NULL, g->timeout_ms, &resp);
+	lbc_client_t *c;
+	lbc_lock_info_t *in;
+	lbc_error_t err;
+	lbc_status st;
+	char b[LC_MASK_BUF];
+	int r;
 
-	if (r != 0)
+	if (g->json)
+		return one_request(g, "inspect", fields_text(json_pack("{s:s}", "lock", name)), NULL,
+		                   NULL);
+	if ((r = lc_connect(g, NULL, NULL, &c)) != 0)
 		return r;
-	if (g->json) {
-		json_decref(resp);
-		return 0;
-	}
-	print_value("lock:    ", json_object_get(resp, "lock"));
-	print_value("state:   ", json_object_get(resp, "state"));
-	if (json_is_integer(json_object_get(resp, "limit")))
-		print_value("limit:   ", json_object_get(resp, "limit"));
-	print_value("fence:   ", json_object_get(resp, "fence"));
-	print_value("waiters: ", json_object_get(resp, "waiters"));
-	holders = json_object_get(resp, "holders");
-	printf("holders: %zu\n", json_array_size(holders));
-	json_array_foreach(holders, i, h) {
-		char ob[LC_MASK_BUF], cb[LC_MASK_BUF];
-		const char *mode = "?", *owner = "", *client = "";
-		json_int_t ttl = 0, count = 0;
+	st = lbc_inspect(c, name, &in, &err);
+	lbc_close(c);
+	if (st != LBC_OK)
+		return lc_fail("inspect", &err, -1);
+	printf("lock:    %s\n", lc_masked(in->lock, b));
+	printf("state:   %s\n", lc_masked(in->state, b));
+	if (in->limit > 0)
+		printf("limit:   %" PRId64 "\n", in->limit);
+	if (in->has_fence)
+		printf("fence:   %" PRId64 "\n", in->fence);
+	else
+		printf("fence:   -\n");
+	printf("waiters: %" PRId64 "\n", in->waiters);
+	printf("holders: %zu\n", in->n_holders);
+	for (size_t i = 0; i < in->n_holders; i++) {
+		const lbc_holder_t *h = &in->holders[i];
+		char mb[LC_MASK_BUF], ob[LC_MASK_BUF], cb[LC_MASK_BUF];
 
-		json_unpack(h, "{s?s, s?I, s?I, s?s, s?s}", "mode", &mode, "ttl_ms", &ttl,
-		            "count", &count, "owner", &owner, "client", &client);
-		printf("  %-9s ttl %" JSON_INTEGER_FORMAT " ms, count %" JSON_INTEGER_FORMAT
-		       ", owner \"%s\", client \"%s\"\n",
-		       mode, ttl, count, lc_masked(owner, ob), lc_masked(client, cb));
+		printf("  %-9s ttl %" PRId64 " ms, count %" PRId64 ", owner \"%s\", client \"%s\"\n",
+		       lc_masked(h->mode, mb), h->ttl_ms, h->count, lc_masked(h->owner, ob),
+		       lc_masked(h->client, cb));
 	}
-	json_decref(resp);
+	lbc_lock_info_free(in);
 	return 0;
 }
 
+/* stats prints every counter the broker has (lbc_stats_t holds the common
+ * ones only), so it takes the answer line and prints its members. */
 static int cmd_stats(const lc_global_t *g)
 {
+	char *line;
 	json_t *resp, *v;
 	const char *key;
-	int r = one_request(g, json_pack("{s:s}", "op", "stats"), "stats", NULL, g->timeout_ms,
-	                    &resp);
+	int r = one_request(g, "stats", NULL, NULL, &line);
 
-	if (r != 0)
+	if (r != 0 || g->json) {
+		free(line);
 		return r;
-	if (!g->json) {
-		json_object_foreach(resp, key, v) {
-			char kb[LC_MASK_BUF], label[LC_MASK_BUF + 4];
-			if (strcmp(key, "id") == 0 || strcmp(key, "ok") == 0)
-				continue;
-			snprintf(label, sizeof(label), "%s: ", lc_masked(key, kb));
-			print_value(label, v);
-		}
+	}
+	resp = json_loads(line, 0, NULL);
+	free(line);
+	if (!json_is_object(resp)) {
+		json_decref(resp);
+		lc_err("stats: the answer is not a JSON object");
+		return LC_EXIT_INTERNAL;
+	}
+	json_object_foreach(resp, key, v) {
+		char kb[LC_MASK_BUF], label[LC_MASK_BUF + 4];
+		if (strcmp(key, "id") == 0 || strcmp(key, "ok") == 0)
+			continue;
+		snprintf(label, sizeof(label), "%s: ", lc_masked(key, kb));
+		print_value(label, v);
 	}
 	json_decref(resp);
 	return 0;
@@ -493,52 +492,33 @@ static int cmd_stats(const lc_global_t *g)
 
 static int cmd_ping(const lc_global_t *g)
 {
-	lc_conn_t c;
-	json_t *resp = NULL;
-	char *raw = NULL;
+	lbc_client_t *c;
+	lbc_server_info_t info;
+	lbc_error_t err;
+	lbc_status st;
 	struct timespec t0, t1;
-	int r = lc_connect(g, &c);
+	char sb[LC_MASK_BUF];
+	int r;
 
-	if (r != 0) {
-		conn_close(&c);
-		return r;
-	}
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	r = conn_call(&c, json_pack("{s:s}", "op", "ping"), g->timeout_ms, "ping", &resp, &raw);
-	conn_close(&c);
-	if (r != 0)
-		return r;
 	if (g->json)
-		printf("%s\n", raw);
-	if (!json_is_true(json_object_get(resp, "ok")))
-		r = lc_broker_error("ping", resp, -1);
-	else if (!g->json) {
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		printf("ok: %s, protocol %" JSON_INTEGER_FORMAT ", answered in %.2f ms\n",
-		       c.server[0] ? c.server : "?", c.proto,
-		       (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
-	}
-	free(raw);
-	json_decref(resp);
-	return r;
+		return one_request(g, "ping", NULL, NULL, NULL);
+	if ((r = lc_connect(g, NULL, NULL, &c)) != 0)
+		return r;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	st = lbc_ping(c, NULL, &err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (st == LBC_OK && lbc_server_info(c, &info, NULL) != LBC_OK)
+		info = (lbc_server_info_t){.server = ""};
+	lbc_close(c);
+	if (st != LBC_OK)
+		return lc_fail("ping", &err, -1);
+	printf("ok: %s, protocol %" PRId64 ", answered in %.2f ms\n",
+	       info.server[0] ? lc_masked(info.server, sb) : "?", info.proto,
+	       (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+	return 0;
 }
 
 /* ---- main ------------------------------------------------------------------- */
-
-static const char *default_url(void)
-{
-	static char buf[sizeof(LC_DEFAULT_UNIX) + 8];
-	const char *env = getenv("LOCKBROKER_URL");
-	struct stat st;
-
-	if (env && *env)
-		return env;
-	if (stat(LC_DEFAULT_UNIX, &st) == 0) {
-		snprintf(buf, sizeof(buf), "unix://%s", LC_DEFAULT_UNIX);
-		return buf;
-	}
-	return LC_DEFAULT_TCP;
-}
 
 /* The subcommand's arguments: options (global and lock) anywhere, the rest
  * positional. For run, the first positional is NAME and parsing stops at
@@ -688,7 +668,7 @@ static int dispatch(lc_global_t *g, int argc, char **argv)
 	}
 	o.name = pos[0];
 	if (g->url == NULL)
-		g->url = default_url();
+		g->url = lbc_default_url();
 
 	if (strcmp(cmd, "run") == 0)
 		return lc_run(g, &o, argv + i);

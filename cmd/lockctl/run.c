@@ -1,19 +1,25 @@
 /*
  * run.c - `lockctl run`: acquire a lock, run a command under it, release.
  *
- * Sequence: connect and hello; acquire on the session (watchdog on, so the
- * broker renews the lease every ttl/3 for as long as this connection stays
- * open); fork and exec the command with LOCKBROKER_FENCE in its environment;
- * supervise; release; exit with the command's status.
+ * Sequence: connect and hello (the C client, client.c); acquire on the
+ * session (watchdog on, so the broker renews the lease every ttl/3 for as
+ * long as this connection stays open); fork and exec the command with
+ * LOCKBROKER_FENCE in its environment; supervise; release; exit with the
+ * command's status.
  *
- * Supervision is one poll() loop over the broker socket and a self-pipe fed
- * by the signal handlers (the handlers only write the signal number there;
- * everything else happens in the loop). A `lost` event for our lease, or the
- * connection closing, means another client may get the lock: the command
- * gets SIGTERM at once, SIGKILL after --kill-after, and we exit
- * LC_EXIT_LOST. Forwarded signals go to the command; before the command
- * started they make us give up (closing the connection withdraws the
- * pending acquire).
+ * Signals: the handlers only write the signal number to a self-pipe and
+ * fire the acquire's cancel token (lbc_cancel_fire is async-signal-safe),
+ * so a signal while we wait makes lbc_acquire send `cancel` and answer
+ * LBC_CANCELLED; we then exit 128+N. Everything else happens in the loops.
+ *
+ * Supervision is one poll() loop over the client's socket (lbc_fd) and the
+ * self-pipe; lbc_poll reads what the broker sent. The lease handle marked
+ * lost (a `lost` event, or the connection closing: `disconnected`) means
+ * another client may get the lock: the command gets SIGTERM at once,
+ * SIGKILL after --kill-after, and we exit LC_EXIT_LOST. A lease found lost
+ * only by the release after the command ended is LC_EXIT_LOST too: the
+ * command may have run without the lock. Forwarded signals go to the
+ * command.
  *
  * Process groups: the command leads its own group and every signal goes to
  * the whole group, so a lost lease also stops what the command started.
@@ -22,10 +28,12 @@
  * signalled, and signals the terminal sent (si_code SI_KERNEL) are not
  * forwarded, since they reached it already.
  *
- * Invariants: the socket and the pipe are close-on-exec, so the command
- * never holds the session; the command starts with the signal dispositions
- * and mask lockctl started with; signals we handle are blocked across fork()
- * so none is taken by a handler in the child before exec.
+ * Invariants: the socket and the pipes are close-on-exec, so the command
+ * never holds the session; the client runs no thread of its own (no
+ * keepalive), so fork() is safe; the command starts with the signal
+ * dispositions and mask lockctl started with; signals we handle are
+ * blocked across fork() so none is taken by a handler in the child before
+ * exec.
  */
 #include "cmd/lockctl/lockctl.h"
 
@@ -52,6 +60,8 @@ static struct {
 	struct sigaction old[NSIGS];  /* dispositions at start, for the child */
 	bool installed[NSIGS];        /* false: was SIG_IGN, left alone */
 	sigset_t set;                 /* the installed signals */
+	lbc_cancel_t *cancel;         /* fired by every signal but SIGCHLD; set
+	                                 before the handlers are installed */
 } S = {.pipe = {-1, -1}};
 
 /* The byte is the signal number, with TTY_SIG set when the kernel sent it
@@ -67,6 +77,8 @@ static void on_signal(int sig, siginfo_t *si, void *uctx)
 	(void)uctx;
 	if (si != NULL && si->si_code == SI_KERNEL)
 		b |= TTY_SIG;
+	if (sig != SIGCHLD)
+		lbc_cancel_fire(S.cancel); /* gives up a waiting acquire; harmless later */
 
 	/* a full pipe drops the byte: enough are queued to wake the loop */
 	if (write(S.pipe[1], &b, 1) < 0) {
@@ -76,7 +88,7 @@ static void on_signal(int sig, siginfo_t *si, void *uctx)
 
 static int signals_install(void)
 {
-	if (pipe2(S.pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+	if ((S.cancel = lbc_cancel_new()) == NULL || pipe2(S.pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
 		lc_err("pipe: %s", strerror(errno));
 		return -1;
 	}
@@ -112,6 +124,8 @@ static void signals_restore(void)
 static void signals_free(void)
 {
 	signals_restore();
+	lbc_cancel_free(S.cancel);
+	S.cancel = NULL;
 	for (int i = 0; i < 2; i++)
 		if (S.pipe[i] >= 0) {
 			close(S.pipe[i]);
@@ -132,45 +146,19 @@ static size_t signals_take(int *sigs, size_t n)
 	return k;
 }
 
-/* Waits for the answer to the acquire. Returns 0 with *resp (ok or not),
- * or an exit status (printed). */
-static int wait_grant(lc_conn_t *c, json_int_t id, const lc_lock_opts_t *o, int64_t timeout_ms,
-                      json_t **resp)
+/* Acquires the lock; a signal (but SIGCHLD) gives the wait up. Returns 0
+ * with *lease, or the exit status (printed). */
+static int acquire(lbc_client_t *c, const lc_lock_opts_t *o, lbc_lease_t **lease)
 {
-	/* the broker enforces wait_ms; our own limit only catches a mute broker */
-	int64_t deadline = o->wait_ms < 0 ? -1 : lc_now_ms() + o->wait_ms + timeout_ms;
+	lbc_acquire_opts_t ao = lc_acquire_opts(o, S.cancel);
+	lbc_error_t err;
+	lbc_status st = lbc_acquire(c, o->name, &ao, lease, &err);
+	int sigs[64];
+	size_t ns;
 
-	for (;;) {
-		json_t *m;
-		int r, sigs[64];
-		size_t ns;
-
-		while ((r = conn_next(c, &m, NULL)) == 1) {
-			json_t *mid = json_object_get(m, "id");
-			if (json_is_integer(mid) && json_integer_value(mid) == id) {
-				*resp = m;
-				return 0;
-			}
-			json_decref(m); /* shutdown: the acquire answers shutting_down */
-		}
-		if (r != 0)
-			return r;
-		if (c->eof) {
-			lc_err("acquire: the broker closed the connection");
-			return LC_EXIT_UNAVAILABLE;
-		}
-
-		struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN},
-		                      {.fd = S.pipe[0], .events = POLLIN}};
-		int n = poll(p, 2, lc_poll_ms(deadline));
-		if (n < 0 && errno != EINTR) {
-			lc_err("poll: %s", strerror(errno));
-			return LC_EXIT_INTERNAL;
-		}
-		if (n == 0 && lc_poll_ms(deadline) == 0) {
-			lc_err("acquire: no answer from the broker in time");
-			return LC_EXIT_UNAVAILABLE;
-		}
+	if (st == LBC_OK)
+		return 0;
+	if (st == LBC_CANCELLED) {
 		ns = signals_take(sigs, 64);
 		for (size_t k = 0; k < ns; k++) {
 			int sig = sigs[k] & ~TTY_SIG;
@@ -181,20 +169,19 @@ static int wait_grant(lc_conn_t *c, json_int_t id, const lc_lock_opts_t *o, int6
 				return 128 + sig;
 			}
 		}
-		if (n > 0 && p[0].revents)
-			(void)conn_fill(c);
 	}
+	return lc_acquire_fail(o, &err);
 }
 
 /* fork + exec; the child leads a new process group when own_group.
  * Returns the child's pid, or -1 (printed). */
-static pid_t spawn(char **cmd, json_int_t fence, bool own_group)
+static pid_t spawn(char **cmd, int64_t fence, bool own_group)
 {
 	char fb[32];
 	sigset_t orig;
 	pid_t parent = getpid(), pid;
 
-	snprintf(fb, sizeof(fb), "%" JSON_INTEGER_FORMAT, fence);
+	snprintf(fb, sizeof(fb), "%" PRId64, fence);
 	fflush(NULL);
 	sigprocmask(SIG_BLOCK, &S.set, &orig);
 	pid = fork();
@@ -229,23 +216,41 @@ static pid_t spawn(char **cmd, json_int_t fence, bool own_group)
 	return pid;
 }
 
+/* Why a lease was lost, for the message. */
+static const char *lost_why(lbc_lost_reason r)
+{
+	return r == LBC_LOST_DISCONNECTED ? "connection to the broker closed"
+	                                  : lbc_lost_reason_name(r);
+}
+
+/* The broker's shutdown warning, once (on_event of the session). */
+static void on_event(void *arg, const lbc_event_t *ev)
+{
+	const lc_lock_opts_t *o = arg;
+	static bool warned;
+	char nb[LC_MASK_BUF];
+
+	if (ev->type == LBC_EVENT_SHUTDOWN && !warned) {
+		lc_err("the broker is shutting down; the lease on \"%s\" ends within %" PRId64 " ms",
+		       lc_masked(o->name, nb), ev->grace_ms);
+		warned = true;
+	}
+}
+
 /* Runs until the child has exited. Returns the exit status lockctl owes:
  * the child's, or LC_EXIT_LOST (then *was_lost is set). */
-static int supervise(lc_conn_t *c, const lc_lock_opts_t *o, const char *lease, pid_t pid,
-                     bool own_group, bool *was_lost)
+static int supervise(lbc_client_t *c, const lc_lock_opts_t *o, const lbc_lease_t *lease,
+                     pid_t pid, bool own_group, bool *was_lost)
 {
 	pid_t target = own_group ? -pid : pid; /* whom signals go to */
-	bool lost = false, killed = false, warned_shutdown = false;
+	bool lost = false, killed = false;
 	int64_t kill_at = -1;
 	char nb[LC_MASK_BUF];
 	int wst = 0;
 
 	lc_masked(o->name, nb);
 	for (;;) {
-		const char *why = NULL;
-		char rb[LC_MASK_BUF];
-		json_t *m;
-		int r, sigs[64];
+		int sigs[64], fd;
 		size_t ns;
 		pid_t w;
 
@@ -254,28 +259,10 @@ static int supervise(lc_conn_t *c, const lc_lock_opts_t *o, const char *lease, p
 		if (w == pid || (w < 0 && errno == ECHILD))
 			break;
 
-		while ((r = conn_next(c, &m, NULL)) == 1) {
-			const char *ev = NULL, *ml = NULL, *reason = NULL;
-			json_int_t g = 0;
-
-			json_unpack(m, "{s?s, s?s, s?s}", "event", &ev, "lease", &ml, "reason", &reason);
-			if (ev && strcmp(ev, "lost") == 0 && ml && strcmp(ml, lease) == 0 && !why) {
-				why = lc_masked(reason ? reason : "unknown", rb);
-			} else if (ev && strcmp(ev, "shutdown") == 0 && !warned_shutdown) {
-				json_unpack(m, "{s?I}", "grace_ms", &g);
-				lc_err("the broker is shutting down; the lease on \"%s\" ends within "
-				       "%" JSON_INTEGER_FORMAT " ms", nb, g);
-				warned_shutdown = true;
-			}
-			json_decref(m);
-		}
-		if (r != 0 && !why)
-			why = "bad data from the broker";
-		if (!why && c->eof)
-			why = "connection to the broker closed";
-		if (why && !lost) {
+		if (!lost && lbc_lease_lost(lease)) {
 			lost = true;
-			lc_err("lost the lease on lock \"%s\" (%s); stopping the command", nb, why);
+			lc_err("lost the lease on lock \"%s\" (%s); stopping the command", nb,
+			       lost_why(lbc_lease_lost_reason(lease)));
 			kill(target, SIGTERM);
 			kill_at = lc_now_ms() + o->kill_after_ms;
 		}
@@ -285,10 +272,11 @@ static int supervise(lc_conn_t *c, const lc_lock_opts_t *o, const char *lease, p
 			killed = true;
 		}
 
+		/* without a session (fd -1) the lease is lost already */
+		fd = lbc_fd(c);
 		struct pollfd p[2] = {{.fd = S.pipe[0], .events = POLLIN},
-		                      {.fd = c->fd, .events = POLLIN}};
-		/* a closed socket would be readable for ever: leave it out */
-		int np = (c->eof || r != 0) ? 1 : 2;
+		                      {.fd = fd, .events = POLLIN}};
+		int np = fd >= 0 ? 2 : 1;
 		int n = poll(p, (nfds_t)np, lost && !killed ? lc_poll_ms(kill_at) : -1);
 		if (n < 0 && errno != EINTR) {
 			lc_err("poll: %s", strerror(errno));
@@ -304,7 +292,7 @@ static int supervise(lc_conn_t *c, const lc_lock_opts_t *o, const char *lease, p
 				kill(target, sig);
 		}
 		if (n > 0 && np == 2 && p[1].revents)
-			(void)conn_fill(c);
+			(void)lbc_poll(c, 0, NULL); /* marks the lease lost, if it was */
 	}
 	*was_lost = lost;
 	if (lost)
@@ -318,65 +306,52 @@ static int supervise(lc_conn_t *c, const lc_lock_opts_t *o, const char *lease, p
 
 int lc_run(const lc_global_t *g, const lc_lock_opts_t *o, char **cmd)
 {
-	lc_conn_t c;
-	json_t *req, *resp = NULL, *rr = NULL;
-	json_int_t id, fence;
-	const char *lease_s;
-	char *lease = NULL;
+	lbc_client_t *c = NULL;
+	lbc_lease_t *lease = NULL;
+	lbc_error_t err;
+	lbc_status st;
 	bool lost = false;
 	pid_t pid;
 	int r;
 
-	r = lc_connect(g, &c);
+	r = lc_connect(g, on_event, (void *)o, &c);
 	if (r != 0)
 		goto out;
 	if (signals_install() < 0) {
 		r = LC_EXIT_INTERNAL;
 		goto out;
 	}
-	req = lc_acquire_req(o);
-	r = conn_send(&c, req, &id, g->timeout_ms);
-	json_decref(req);
-	if (r != 0)
+	if ((r = acquire(c, o, &lease)) != 0)
 		goto out;
-	if ((r = wait_grant(&c, id, o, g->timeout_ms, &resp)) != 0)
-		goto out;
-	if (!json_is_true(json_object_get(resp, "ok"))) {
-		r = lc_acquire_error(o, resp);
-		goto out;
-	}
-	if (json_unpack(resp, "{s:s, s:I}", "lease", &lease_s, "fence", &fence) < 0) {
-		lc_err("acquire: the answer has no lease or fence");
-		r = LC_EXIT_INTERNAL;
-		goto out;
-	}
-	lease = xstrndup(lease_s, strlen(lease_s));
 
 	/* The command leads its own process group, so that a lost lease stops
 	 * its children too; except when we run in the foreground of a terminal,
 	 * where it must stay in our group to use the terminal (job control). */
 	pid_t fg = tcgetpgrp(STDIN_FILENO);
 	bool own_group = !(fg >= 0 && fg == getpgrp());
-	pid = spawn(cmd, fence, own_group);
+	pid = spawn(cmd, lbc_lease_fence(lease), own_group);
 	if (pid < 0) {
 		r = LC_EXIT_INTERNAL;
-		goto out; /* closing the connection releases the lease */
+		goto out; /* closing the session releases the lease */
 	}
-	r = supervise(&c, o, lease, pid, own_group, &lost);
-	if (lost || c.eof)
+	r = supervise(c, o, lease, pid, own_group, &lost);
+	if (lost)
 		goto out;
 
 	/* release explicitly, to know it happened; closing would do it too */
-	req = json_pack("{s:s, s:s}", "op", "release", "lease", lease);
-	if (conn_call(&c, req, g->timeout_ms, "release", &rr, NULL) == 0) {
-		if (!json_is_true(json_object_get(rr, "ok")))
-			(void)lc_broker_error("release", rr, -1); /* a warning: status stays */
-		json_decref(rr);
+	st = lbc_release(c, lease, NULL, &err);
+	lease = NULL; /* lbc_release freed the handle */
+	if (st == LBC_LOST) {
+		char nb[LC_MASK_BUF];
+		lc_err("the lease on lock \"%s\" was lost (%s) before the command's end was released",
+		       lc_masked(o->name, nb), lost_why(err.lost_reason));
+		r = LC_EXIT_LOST;
+	} else if (st != LBC_OK) {
+		(void)lc_fail("release", &err, -1); /* a warning: the session's end releases it */
 	}
 out:
+	lbc_close(c);
+	lbc_lease_free(lease);
 	signals_free();
-	json_decref(resp);
-	free(lease);
-	conn_close(&c);
 	return r;
 }

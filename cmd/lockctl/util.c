@@ -1,8 +1,8 @@
 /*
  * util.c - lockctl's small helpers: one-line error messages, strict parsing
- * of durations and integers, and turning a broker's error answer into an
- * exit status. Nothing here does I/O except writing to stderr; nothing
- * echoes more than a masked, shortened piece of user or broker text.
+ * of durations and integers, the clock, masking. Nothing here does I/O
+ * except writing to stderr; nothing echoes more than a masked, shortened
+ * piece of user or broker text.
  */
 #include "cmd/lockctl/lockctl.h"
 
@@ -132,25 +132,4 @@ const char *lc_masked(const char *s, char *buf)
 	if (s == NULL)
 		s = "";
 	return log_masked(s, strlen(s), buf, LC_MASK_BUF - 4);
-}
-
-int lc_broker_error(const char *what, const json_t *resp, int64_t wait_ms)
-{
-	const char *code = NULL, *msg = NULL;
-	char cb[LC_MASK_BUF], mb[LC_MASK_BUF];
-	int status = LC_EXIT_REFUSED;
-
-	if (json_unpack((json_t *)resp, "{s:{s:s, s?s}}", "error", "code", &code,
-	                "message", &msg) < 0) {
-		lc_err("%s: the broker answered an error without a code", what);
-		return LC_EXIT_INTERNAL;
-	}
-	if (strcmp(code, "timeout") == 0) {
-		status = wait_ms == 0 ? LC_EXIT_BUSY : LC_EXIT_TIMEOUT;
-	} else if (strcmp(code, "unavailable") == 0 ||
-	           strcmp(code, "shutting_down") == 0) {
-		status = LC_EXIT_UNAVAILABLE;
-	}
-	lc_err("%s: %s: %s", what, lc_masked(code, cb), lc_masked(msg, mb));
-	return status;
 }

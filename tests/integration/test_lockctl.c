@@ -498,6 +498,57 @@ LB_TEST(lockctl, run_broker_dies_counts_as_lost, 40)
     lb_end();
 }
 
+LB_TEST(lockctl, run_broker_shutdown_warns_then_lost, 40)
+{
+    lb_redis *r = lb_redis_start(false);
+    lb_broker *b = lb_broker_start(r, "--shutdown-grace-ms", "800", NULL);
+    const char *started = tmp_path("started");
+    char cmd[2 * PATH_MAX];
+    snprintf(cmd, sizeof(cmd), "echo $$ >%s; sleep 30", started);
+    lc_proc p = lc_start("--broker", tcp_url(b), "run", "sd", "--", "sh", "-c", cmd, NULL);
+    cr_assert(wait_file(started, 5000), "the command did not start");
+
+    /* a graceful stop: the shutdown event first (lockctl warns with the
+     * grace), then the session ends and the lease with it */
+    lb_broker_signal(b, SIGTERM);
+    int st = lc_wait(&p, 10000);
+    char err[4096];
+    slurp(p.err, err, sizeof(err));
+    cr_assert_eq(st, EX_LOST_, "exit %d; stderr: %s", st, err);
+    cr_assert(strstr(err, "shutting down") && strstr(err, "800 ms"), "no warning: %s", err);
+    cr_assert(strstr(err, "lost the lease"), "%s", err);
+    lb_broker_wait_exit(b);
+    lb_end();
+}
+
+LB_TEST(lockctl, run_lease_lost_found_at_release, 40)
+{
+    lb_redis *r;
+    lb_broker *b;
+    start_pair(&r, &b);
+    const char *started = tmp_path("started"), *go = tmp_path("go");
+    char cmd[3 * PATH_MAX];
+    /* the command waits for the go file, then exits 0 at once: the lease
+     * (TTL 30 s, next renewal in 10 s) vanished meanwhile, and only the
+     * release after the command finds it gone */
+    snprintf(cmd, sizeof(cmd), "echo $$ >%s; while [ ! -f %s ]; do sleep 0.02; done", started,
+             go);
+    lc_proc p = lc_start("--broker", tcp_url(b), "run", "--ttl", "30s", "lr", "--", "sh", "-c",
+                         cmd, NULL);
+    cr_assert(wait_file(started, 5000), "the command did not start");
+    cr_assert(lb_redis_del_lock_keys(r, "lb:", "lr") > 0);
+    FILE *f = fopen(go, "w");
+    cr_assert(f);
+    fclose(f);
+    int st = lc_wait(&p, 10000);
+    char err[4096];
+    slurp(p.err, err, sizeof(err));
+    /* exit 0 would tell a script its command ran under the lock */
+    cr_assert_eq(st, EX_LOST_, "exit %d; stderr: %s", st, err);
+    cr_assert(strstr(err, "lost"), "%s", err);
+    lb_end();
+}
+
 /* ---- run: signals ---------------------------------------------------------------- */
 
 LB_TEST(lockctl, run_forwards_signals, 40)
