@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -258,11 +259,36 @@ func (b *ownBroker) kill() {
 // ---- a fake broker --------------------------------------------------------
 
 // fakeBroker accepts connections, answers hello, and hands every other
-// request to answer, which writes what it likes with send.
+// request to answer, which writes what it likes with send. It keeps every
+// line it received, with the number of its connection (1 for the first).
 type fakeBroker struct {
 	ln     net.Listener
 	url    string
 	answer func(req map[string]any, send func(line string))
+
+	mu    sync.Mutex
+	conns int        // connections accepted
+	lines []fakeLine // every line received, hello included, in order
+}
+
+// fakeLine is a line a fake broker received on its connection number conn.
+type fakeLine struct {
+	conn int
+	line string
+}
+
+// connections is how many connections the fake accepted.
+func (f *fakeBroker) connections() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.conns
+}
+
+// received returns a copy of every line the fake received so far.
+func (f *fakeBroker) received() []fakeLine {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]fakeLine(nil), f.lines...)
 }
 
 func startFake(t *testing.T, answer func(req map[string]any, send func(line string))) *fakeBroker {
@@ -279,7 +305,11 @@ func startFake(t *testing.T, answer func(req map[string]any, send func(line stri
 			if err != nil {
 				return
 			}
-			go f.serve(conn)
+			f.mu.Lock()
+			f.conns++
+			n := f.conns
+			f.mu.Unlock()
+			go f.serve(conn, n)
 		}
 	}()
 	return f
@@ -288,7 +318,7 @@ func startFake(t *testing.T, answer func(req map[string]any, send func(line stri
 // closeConn, sent by a fake's answer, closes the connection.
 const closeConn = "\x00close"
 
-func (f *fakeBroker) serve(conn net.Conn) {
+func (f *fakeBroker) serve(conn net.Conn, n int) {
 	defer conn.Close()
 	send := func(line string) {
 		if line == closeConn {
@@ -299,6 +329,9 @@ func (f *fakeBroker) serve(conn net.Conn) {
 	}
 	sc := bufio.NewScanner(conn)
 	for sc.Scan() {
+		f.mu.Lock()
+		f.lines = append(f.lines, fakeLine{conn: n, line: sc.Text()})
+		f.mu.Unlock()
 		var req map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			return

@@ -465,14 +465,29 @@ func TestAuth(t *testing.T) {
 	} else {
 		c.Close()
 	}
-	for what, opts := range map[string][]Option{"no secret": nil, "wrong secret": {WithAuth("nope")}} {
-		c, err := Dial(ctx, url, opts...)
-		var se *ServerError
-		if !errors.Is(err, ErrUnauthorized) || !errors.As(err, &se) || se.Op != "hello" {
-			t.Errorf("%s: Dial: %v", what, err)
-		}
-		if c != nil {
-			c.Close()
+	// A wrong secret fails at Dial.
+	c, err := Dial(ctx, url, WithAuth("nope"))
+	var se *ServerError
+	if !errors.Is(err, ErrUnauthorized) || !errors.As(err, &se) || se.Op != "hello" {
+		t.Errorf("wrong secret: Dial: %v", err)
+	}
+	if c != nil {
+		c.Close()
+	}
+	// No secret: the session opens (as lockctl's): ping works, the rest
+	// answers ErrUnauthorized.
+	c, err = Dial(ctx, url)
+	if err != nil {
+		t.Fatalf("no secret: Dial: %v", err)
+	}
+	defer c.Close()
+	if _, err := c.Ping(ctx); err != nil {
+		t.Errorf("no secret: Ping: %v", err)
+	}
+	if l, err := c.Lock(ctx, lockName(t), Wait(0)); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("no secret: Lock: %v, want ErrUnauthorized", err)
+		if l != nil {
+			l.Release(ctx)
 		}
 	}
 	if _, err := Dial(ctx, url, WithAuthFile(t.TempDir()+"/missing")); err == nil {

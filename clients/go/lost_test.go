@@ -296,3 +296,80 @@ func TestBrokerLimitsAndShutdown(t *testing.T) {
 		t.Errorf("Ping with Redis away: %q, %v", r, err)
 	}
 }
+
+// TestKeepaliveFrozenBroker: a broker of the test's own is stopped
+// (SIGSTOP: its socket stays open, nothing answers) while a lease is held
+// and a request is pending. With keepalive the client finds out by itself:
+// the lease is lost ("disconnected") and the request fails with
+// ErrDisconnected while the broker is still frozen. The broker is always
+// continued (SIGCONT) after, even when the test fails; then the client
+// connects again and the lock can be taken again.
+func TestKeepaliveFrozenBroker(t *testing.T) {
+	t.Parallel()
+	brokerURL(t)
+	b := startBroker(t, "")
+	proc := b.cmd.Process
+	c := dialTest(t, b.url, WithKeepalive(time.Second), WithBackoff(20*time.Millisecond, 200*time.Millisecond))
+	ctx := testCtx(t, 60*time.Second)
+	name := lockName(t)
+	l, err := c.Lock(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Registered after startBroker's kill, so it runs before it.
+	t.Cleanup(func() { proc.Signal(syscall.SIGCONT) })
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP: %v", err)
+	}
+	stopped := time.Now()
+	pending := make(chan error, 1)
+	go func() { _, err := c.Ping(ctx); pending <- err }()
+
+	// Keepalive 1s: a ping every 333ms, unanswered for 1s: about 1.3s.
+	select {
+	case <-l.Lost():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no loss within 20s of freezing the broker, with keepalive 1s (Err %v)", l.Err())
+	}
+	lostAfter := time.Since(stopped)
+	var le *LostError
+	if err := l.Err(); !errors.As(err, &le) || le.Reason != ReasonDisconnected {
+		t.Errorf("Err() = %v, want a loss with reason %s", err, ReasonDisconnected)
+	}
+	if l.Context().Err() == nil {
+		t.Errorf("the lease's context is not cancelled")
+	}
+	select {
+	case err := <-pending:
+		if !errors.Is(err, ErrDisconnected) {
+			t.Errorf("Ping pending on the frozen broker: %v, want ErrDisconnected", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("the Ping pending on the frozen broker did not fail")
+	}
+	if err := proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("SIGCONT: %v", err)
+	}
+	t.Logf("lost %v after SIGSTOP", lostAfter.Round(time.Millisecond))
+
+	// The broker, continued, ends the dropped session and frees its lease;
+	// the client connects again.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l2, err := c.Lock(ctx, name, Wait(5*time.Second))
+		if err == nil {
+			if l2 == l || l2.Token() == l.Token() {
+				t.Errorf("the lock after the thaw came back as the lost lease")
+			}
+			if err := l2.Release(ctx); err != nil {
+				t.Errorf("Release after the thaw: %v", err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Lock after the thaw: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -135,7 +135,7 @@ func (c *Client) connect() (*session, error) {
 		pending: make(map[int64]*call),
 		done:    make(chan struct{}),
 	}
-	if err := s.hello(body, deadline); err != nil {
+	if err := s.hello(body, hello.Auth != nil, deadline); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -146,8 +146,10 @@ func (c *Client) connect() (*session, error) {
 }
 
 // hello sends hello (id 0) and reads until its answer, before the reader
-// goroutine exists.
-func (s *session) hello(body []byte, deadline time.Time) error {
+// goroutine exists. Without a secret (withSecret false), an unauthorized
+// answer still opens the session, as lockctl and the other clients do:
+// ping works, and every other op answers ErrUnauthorized by itself.
+func (s *session) hello(body []byte, withSecret bool, deadline time.Time) error {
 	if err := s.conn.SetDeadline(deadline); err != nil {
 		return &connError{url: s.c.url, cause: err}
 	}
@@ -172,6 +174,9 @@ func (s *session) hello(body []byte, deadline time.Time) error {
 		}
 		if id, ok := replyID(r.ID); r.Event != "" || !ok || id != 0 {
 			continue
+		}
+		if !r.OK && !withSecret && r.Error != nil && r.Error.Code == CodeUnauthorized {
+			return s.conn.SetDeadline(time.Time{}) // no SessionInfo: hello was refused
 		}
 		if !r.OK {
 			return serverError("hello", "", r.Error)
