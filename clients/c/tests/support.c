@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -395,6 +396,8 @@ void record_event(void *arg, const lbc_event_t *ev)
 		break;
 	case LBC_EVENT_DISCONNECTED:
 		r->disconnected++;
+		snprintf(r->last_disconnected_reason, sizeof(r->last_disconnected_reason), "%s",
+		         ev->reason ? ev->reason : "");
 		break;
 	default:
 		r->other++;
@@ -410,4 +413,176 @@ recorder_t recorder_get(recorder_t *r)
 	copy = *r;
 	pthread_mutex_unlock(&rec_mu);
 	return copy;
+}
+
+int64_t wait_for_waiters(lbc_client_t *c, const char *name, int64_t want, int timeout_ms)
+{
+	int64_t deadline = now_ms() + timeout_ms, got;
+
+	for (;;) {
+		lbc_lock_info_t *info = NULL;
+		got = lbc_inspect(c, name, &info, NULL) == LBC_OK ? info->waiters : -1;
+		lbc_lock_info_free(info);
+		if (got == want || now_ms() >= deadline)
+			return got;
+		sleep_ms(20);
+	}
+}
+
+/* ---- protocol/PROTOCOL.md ------------------------------------------------------------------ */
+
+/* A Markdown heading ("#"s, then title, then optional closing "#"s)? */
+static bool md_heading(const char *line, const char *title)
+{
+	const char *p = line;
+	size_t n = strlen(title);
+
+	if (*p != '#')
+		return false;
+	while (*p == '#')
+		p++;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (strncasecmp(p, title, n) != 0)
+		return false;
+	for (p += n; *p; p++)
+		if (*p != ' ' && *p != '\t' && *p != '#')
+			return false;
+	return true;
+}
+
+/* The first cell of a table row "| a | b |", trimmed, backticks dropped;
+ * false when the line is not a row. */
+static bool md_first_cell(const char *line, char *out, size_t cap)
+{
+	const char *p = line, *end;
+	size_t n;
+
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (*p++ != '|')
+		return false;
+	end = strchr(p, '|');
+	if (end == NULL)
+		end = p + strlen(p);
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '`'))
+		p++;
+	while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '`'))
+		end--;
+	n = (size_t)(end - p) < cap - 1 ? (size_t)(end - p) : cap - 1;
+	memcpy(out, p, n);
+	out[n] = '\0';
+	return true;
+}
+
+/* "|---|:--:|" */
+static bool md_separator(const char *line)
+{
+	bool dash = false;
+
+	while (*line == ' ' || *line == '\t')
+		line++;
+	if (*line != '|')
+		return false;
+	for (; *line; line++) {
+		if (*line == '-')
+			dash = true;
+		else if (*line != '|' && *line != ':' && *line != ' ' && *line != '\t')
+			return false;
+	}
+	return dash;
+}
+
+static bool wire_code_shaped(const char *s)
+{
+	if (*s < 'a' || *s > 'z')
+		return false;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_'))
+			return false;
+	return true;
+}
+
+int protocol_error_codes(char (*codes)[32], int max, char *why, size_t why_len)
+{
+	static const char *const paths[] = {"protocol/PROTOCOL.md", "../protocol/PROTOCOL.md",
+	                                    "../../protocol/PROTOCOL.md", "../../../protocol/PROTOCOL.md"};
+	enum { HEADING, TABLE, SEPARATOR, ROWS } st = HEADING;
+	char line[8192], cell[64];
+	bool fenced = false;
+	int n = 0, lineno = 0;
+	FILE *f = NULL;
+
+	for (size_t i = 0; f == NULL && i < sizeof(paths) / sizeof(paths[0]); i++)
+		f = fopen(paths[i], "re");
+	if (f == NULL) {
+		snprintf(why, why_len, "protocol/PROTOCOL.md not found (run from the top of the tree)");
+		return -1;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		const char *t = line;
+
+		lineno++;
+		line[strcspn(line, "\r\n")] = '\0';
+		while (*t == ' ' || *t == '\t')
+			t++;
+		if (strncmp(t, "```", 3) == 0) { /* a code block: no heading, no table */
+			fenced = !fenced;
+			if (st == ROWS)
+				break;
+			continue;
+		}
+		if (fenced)
+			continue;
+		switch (st) {
+		case HEADING:
+			if (md_heading(line, "Error codes"))
+				st = TABLE;
+			break;
+		case TABLE:
+			if (*t == '#') {
+				snprintf(why, why_len, "line %d: no table under the \"Error codes\" heading", lineno);
+				goto fail;
+			}
+			if (md_first_cell(line, cell, sizeof(cell))) {
+				if (strcasecmp(cell, "code") != 0) {
+					snprintf(why, why_len, "line %d: the table's first column is \"%s\", not \"code\"",
+					         lineno, cell);
+					goto fail;
+				}
+				st = SEPARATOR;
+			}
+			break; /* blank lines and prose before the table */
+		case SEPARATOR:
+			if (!md_separator(line)) {
+				snprintf(why, why_len, "line %d: no |---| row under the table's header", lineno);
+				goto fail;
+			}
+			st = ROWS;
+			break;
+		case ROWS:
+			if (!md_first_cell(line, cell, sizeof(cell)))
+				goto done; /* the first line that is not a row ends the table */
+			if (!wire_code_shaped(cell) || strlen(cell) >= 32) {
+				snprintf(why, why_len, "line %d: \"%s\" is not an error code", lineno, cell);
+				goto fail;
+			}
+			if (n == max) {
+				snprintf(why, why_len, "more than %d error codes", max);
+				goto fail;
+			}
+			memcpy(codes[n++], cell, strlen(cell) + 1); /* < 32: checked above */
+			break;
+		}
+	}
+done:
+	fclose(f);
+	if (st != ROWS || n == 0) {
+		snprintf(why, why_len, "%s", st == HEADING ? "no \"Error codes\" heading" : "the table has no rows");
+		return -1;
+	}
+	return n;
+fail:
+	fclose(f);
+	return -1;
 }

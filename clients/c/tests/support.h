@@ -79,10 +79,24 @@ typedef struct recorder {
 	int lost, shutdown, closing, disconnected, other;
 	char last_lost_lease[136];
 	char last_lost_reason[32];
+	char last_disconnected_reason[160]; /* the client's "disconnected": why */
 	int64_t grace_ms;
 } recorder_t;
 void record_event(void *arg, const lbc_event_t *ev);
 /* A copy of r taken under the recorder's lock. */
 recorder_t recorder_get(recorder_t *r);
+
+/* Inspects lock name through c until it has want waiters or timeout_ms
+ * passed; returns the last count seen (-1: inspect failed). */
+int64_t wait_for_waiters(lbc_client_t *c, const char *name, int64_t want, int timeout_ms);
+
+/* ---- protocol/PROTOCOL.md ---------------------------------------------------------- */
+
+/* The codes of the "Error codes" table of protocol/PROTOCOL.md (the tests
+ * run from the top of the tree; a few parent directories are tried too),
+ * as written in its first column, into codes (at most max). Returns how
+ * many, or -1 with why (the file, the heading or the table not found, or a
+ * row that is not a code). */
+int protocol_error_codes(char (*codes)[32], int max, char *why, size_t why_len);
 
 #endif

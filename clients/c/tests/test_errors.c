@@ -5,8 +5,10 @@
  * conflict, upgrade_unsupported, limit_exceeded, unavailable,
  * shutting_down. line_too_long is refused by the client before the broker
  * would close the session; bad_json and internal cannot be provoked by a
- * correct client (test_unit.c maps them). Also: arguments the client
- * refuses itself, without asking the broker.
+ * correct client (test_fake.c's fake broker sends every code, those
+ * included). cancelled also from a signal handler (lbc_cancel_fire is
+ * async-signal-safe). Also: arguments the client refuses itself, without
+ * asking the broker.
  */
 #include "support.h"
 
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 static void expect_broker(lbc_status got, lbc_status want, const lbc_error_t *err)
 {
@@ -55,8 +58,10 @@ Test(errors, from_the_shared_broker, .timeout = 15)
 	lbc_lease_t *held = must_acquire(c, name, &(lbc_acquire_opts_t){.mode = LBC_SHARED, .owner = "o1"});
 	/* timeout */
 	expect_broker(lbc_acquire(c, name, &(lbc_acquire_opts_t){.wait_ms = 50}, &l, &err), LBC_TIMEOUT, &err);
-	/* cancelled: the token fires while the acquire waits */
-	lbc_cancel_fire(tok); /* fired before: refused locally */
+	/* cancelled: a token fired before the call refuses at once, locally,
+	 * sending nothing (the broker's cancelled: cancelled_by_the_broker and
+	 * cancel_fired_by_a_signal_handler) */
+	lbc_cancel_fire(tok);
 	expect_local(lbc_acquire(c, name, &(lbc_acquire_opts_t){.cancel = tok}, &l, &err), LBC_CANCELLED, &err);
 	lbc_cancel_free(tok);
 	/* conflict: a semaphore on a name held as a lock */
@@ -106,6 +111,96 @@ Test(errors, cancelled_by_the_broker, .timeout = 10)
 	lbc_cancel_free(tok);
 	cr_assert_eq(lbc_release(a, held, NULL, NULL), LBC_OK);
 	lbc_close(a);
+}
+
+/* ---- lbc_cancel_fire from a signal handler (as lockctl run does) ---------- */
+
+static lbc_cancel_t *volatile sig_token;
+static volatile sig_atomic_t sig_seen;
+
+static void on_cancel_signal(int sig)
+{
+	(void)sig;
+	sig_seen++;
+	lbc_cancel_fire(sig_token); /* async-signal-safe */
+}
+
+typedef struct {
+	lbc_client_t *watch; /* its own client: inspect */
+	const char *name;
+	pthread_t waiter;    /* the thread in lbc_acquire */
+	int how;             /* 0: setitimer (SIGALRM to the process); 1: pthread_kill(waiter, SIGUSR1) */
+	int64_t waiters_seen;
+} sig_job_t;
+
+/* Once the acquire waits at the broker, makes the signal come. */
+static void *signal_when_waiting(void *arg)
+{
+	sig_job_t *j = arg;
+
+	j->waiters_seen = wait_for_waiters(j->watch, j->name, 1, 5000);
+	if (j->how == 0) {
+		struct itimerval it = {.it_value = {0, 1000}};
+		setitimer(ITIMER_REAL, &it, NULL);
+	} else {
+		pthread_kill(j->waiter, SIGUSR1);
+	}
+	return NULL;
+}
+
+Test(errors, cancel_fired_by_a_signal_handler, .timeout = 30)
+{
+	const char *url = NEED_BROKER();
+	lbc_client_t *holder = must_connect(url, NULL), *c = must_connect(url, NULL);
+	char name[96];
+	lbc_lease_t *held = must_acquire(holder, unique_name(name, sizeof(name), "sigcxl"),
+	                                 &(lbc_acquire_opts_t){.wait_ms = LBC_NO_WAIT});
+	struct sigaction sa = {.sa_handler = on_cancel_signal}, old_alrm, old_usr1;
+	lbc_lock_info_t *info = NULL;
+
+	sigemptyset(&sa.sa_mask);
+	cr_assert_eq(sigaction(SIGALRM, &sa, &old_alrm), 0);
+	cr_assert_eq(sigaction(SIGUSR1, &sa, &old_usr1), 0);
+	for (int how = 0; how < 2; how++) {
+		sig_job_t job = {.watch = holder, .name = name, .waiter = pthread_self(), .how = how};
+		lbc_cancel_t *tok = lbc_cancel_new();
+		lbc_lease_t *l = NULL;
+		lbc_error_t err;
+		pthread_t t;
+		int before = sig_seen;
+		lbc_status st;
+
+		cr_assert_not_null(tok);
+		sig_token = tok;
+		pthread_create(&t, NULL, signal_when_waiting, &job);
+		/* waits for ever: only the signal's cancel can end it */
+		st = lbc_acquire(c, name, &(lbc_acquire_opts_t){.cancel = tok}, &l, &err);
+		pthread_join(t, NULL);
+		cr_assert_eq(job.waiters_seen, 1, "round %d: the acquire never waited at the broker", how);
+		cr_assert_eq(st, LBC_CANCELLED, "round %d: %s: %s", how, lbc_status_code(st), err.message);
+		cr_assert(err.from_broker, "round %d: cancel was sent and the broker answered (%s)", how, err.message);
+		cr_assert_str_eq(err.code, "cancelled");
+		cr_assert_null(l);
+		cr_assert_gt(sig_seen, before, "round %d: the handler ran", how);
+		cr_assert(lbc_cancel_fired(tok));
+		/* the waiter is gone at the broker; the holder still holds */
+		cr_assert_eq(wait_for_waiters(holder, name, 0, 5000), 0, "round %d: the waiter is still queued", how);
+		sig_token = NULL;
+		lbc_cancel_free(tok);
+	}
+	sigaction(SIGALRM, &old_alrm, NULL);
+	sigaction(SIGUSR1, &old_usr1, NULL);
+	cr_assert_eq(lbc_inspect(holder, name, &info, NULL), LBC_OK);
+	cr_assert_str_eq(info->state, "exclusive");
+	cr_assert_eq(info->n_holders, 1);
+	lbc_lock_info_free(info);
+	cr_assert_eq(lbc_ping(c, NULL, NULL), LBC_OK, "the session lives on");
+	cr_assert_eq(lbc_release(holder, held, NULL, NULL), LBC_OK);
+	/* and the lock goes to the next acquire of that client at once */
+	lbc_lease_t *l2 = must_acquire(c, name, &(lbc_acquire_opts_t){.wait_ms = 5000});
+	cr_assert_eq(lbc_release(c, l2, NULL, NULL), LBC_OK);
+	lbc_close(c);
+	lbc_close(holder);
 }
 
 Test(errors, unauthorized, .timeout = 10)

@@ -1,8 +1,8 @@
 /*
  * test_unit.c - the parts that need no broker: the strict JSON reader and
  * the writer (json.c), URLs and secret files (url.c), the status table
- * (one status per protocol error code, both ways), and arguments refused
- * before any I/O.
+ * (one status per protocol error code, both ways, also checked against
+ * protocol/PROTOCOL.md's table), and arguments refused before any I/O.
  */
 #include "support.h"
 
@@ -246,6 +246,48 @@ Test(status, one_status_per_wire_code)
 	cr_assert_eq(lbc_status_from_code(NULL), LBC_UNKNOWN_CODE);
 	cr_assert_str_eq(lbc_status_code(LBC_LOST), "lost");
 	cr_assert_str_eq(lbc_status_code(LBC_DISCONNECTED), "disconnected");
+}
+
+/* The table above is written by hand; this one is read from the contract:
+ * every code of protocol/PROTOCOL.md's "Error codes" table has a status of
+ * its own, and every status the client treats as a wire code is in it.
+ * The statuses that are not wire codes are exactly the client's own. */
+Test(status, every_code_of_protocol_md_and_back)
+{
+	static const lbc_status own[] = {LBC_OK, LBC_LOST, LBC_DISCONNECTED, LBC_IO, LBC_UNKNOWN_CODE};
+	char codes[64][32], why[200] = "";
+	int n = protocol_error_codes(codes, 64, why, sizeof(why));
+	int wire = 0;
+
+	cr_assert_geq(n, 10, "PROTOCOL.md's error codes: %s (%d codes)", why, n);
+	for (int i = 0; i < n; i++) {
+		lbc_status st = lbc_status_from_code(codes[i]);
+		cr_expect_neq(st, LBC_UNKNOWN_CODE, "PROTOCOL.md's code %s has no lbc_status", codes[i]);
+		cr_expect_str_eq(lbc_status_code(st), codes[i]);
+		for (int j = 0; j < i; j++)
+			cr_expect_str_neq(codes[i], codes[j], "PROTOCOL.md lists %s twice", codes[i]);
+	}
+	for (int s = 0; s < LBC_STATUS_COUNT; s++) {
+		const char *code = lbc_status_code((lbc_status)s);
+		bool in_doc = false, is_own = false;
+
+		for (int i = 0; i < n; i++)
+			in_doc = in_doc || strcmp(codes[i], code) == 0;
+		for (size_t k = 0; k < sizeof(own) / sizeof(own[0]); k++)
+			is_own = is_own || own[k] == (lbc_status)s;
+		/* LBC_UNKNOWN_CODE is what lbc_status_from_code answers for a
+		 * code it does not know: its own code does not make it a wire code */
+		if (s != LBC_UNKNOWN_CODE && lbc_status_from_code(code) == (lbc_status)s) {
+			wire++;
+			cr_expect(in_doc, "status %d's code %s is not in PROTOCOL.md's table", s, code);
+			cr_expect_not(is_own, "%s is the client's own, yet read as a wire code", code);
+		} else {
+			cr_expect(is_own, "status %d (%s) is neither a wire code nor one of the client's own", s, code);
+			cr_expect_not(in_doc, "PROTOCOL.md's code %s is not read as a wire code", code);
+		}
+	}
+	cr_assert_eq(wire, n, "%d wire statuses, %d codes in PROTOCOL.md", wire, n);
+	cr_assert_eq(LBC_STATUS_COUNT, n + (int)(sizeof(own) / sizeof(own[0])));
 }
 
 Test(status, broker_error_answers)
