@@ -6,7 +6,8 @@
  * timeout, cancelled, not_held, conflict, upgrade_unsupported,
  * limit_exceeded, unavailable, shutting_down; line_too_long is caught by the
  * client before the broker would close the session. (bad_json and internal
- * cannot be provoked by a correct client: unit.test.js maps them.)
+ * cannot be provoked by a correct client: fake-broker.test.js sends every
+ * code of PROTOCOL.md, those included, from a broker of its own.)
  */
 
 const { describe, it, before, after } = require('node:test');
