@@ -10,7 +10,9 @@
  *    shared by every waiting request; it tries again with exponential
  *    backoff (with jitter) until connectTimeoutMs, then rejects with the
  *    last ConnectionError. A broker that refuses hello (unauthorized, bad
- *    field) is not retried: that answer rejects at once.
+ *    field) is not retried: that answer rejects at once; but a hello
+ *    without a secret that is answered unauthorized opens the session
+ *    (Session.open), where ping works and the rest answers unauthorized.
  *  - Every lease the client tracks is in `_tracked` (token -> Lease); one not
  *    detached is also in its session's `leases`. When a session ends, each
  *    of its leases is reported lost ('disconnected', or 'closed' after

@@ -36,7 +36,7 @@
 const net = require('node:net');
 const { LineReader, encodeLine } = require('./framing');
 const { connectArgs } = require('./url');
-const { ConnectionError, LineTooLongError, ProtocolError, errorFromWire } = require('./errors');
+const { ConnectionError, LineTooLongError, ProtocolError, UnauthorizedError, errorFromWire } = require('./errors');
 
 /** The broker's default max_line, used until hello tells the real one. */
 const DEFAULT_BROKER_MAX_LINE = 65536;
@@ -85,7 +85,8 @@ class Session {
    * session once the broker accepted it. Rejects with ConnectionError
    * (could not connect, timed out, dropped) or the error the broker
    * answered hello with (UnauthorizedError, InvalidArgumentError); the
-   * session is then closed.
+   * session is then closed. Without a secret in hello, UnauthorizedError
+   * still opens the session (info null): ping works, the rest is refused.
    * @param {object} hello  the hello request's fields (wire names)
    * @param {object} o      {timeoutMs, keepaliveMs}
    * @returns {Promise<Session>}
@@ -111,6 +112,17 @@ class Session {
       },
       (err) => {
         clearTimeout(timer);
+        if (err instanceof UnauthorizedError && hello.auth === undefined) {
+          // No secret given: the session stays open, as lockctl's and the
+          // other clients': ping works, every other op answers
+          // unauthorized by itself. No server info: hello was refused.
+          this.info = null;
+          this.openedAt = Date.now();
+          this.setState('ready');
+          if (o.keepaliveMs) this.startKeepalive(o.keepaliveMs);
+          this.updateRef();
+          return this;
+        }
         this.destroy(err);
         throw err;
       },

@@ -84,9 +84,23 @@ describe('errors from the broker', () => {
 });
 
 describe('errors from brokers of our own', () => {
-  it('unauthorized (a broker that wants a secret)', async () => {
+  it('unauthorized (a broker that wants a secret, none given: ping works, the rest is refused)', async () => {
     const e = env();
     const c = new lb.Client({ url: e.authUrl });
+    try {
+      const pong = await c.ping();
+      assert.equal(pong.redis, 'up');
+      assert.equal(c.serverInfo, null, 'hello was refused: no server info');
+      await rejectsAs(c.acquire(name('noauth'), { waitMs: 0 }), lb.UnauthorizedError, 'unauthorized');
+      await rejectsAs(c.stats(), lb.UnauthorizedError, 'unauthorized');
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('unauthorized (a wrong secret): connect fails', async () => {
+    const e = env();
+    const c = new lb.Client({ url: e.authUrl, auth: 'wr0ng' });
     await rejectsAs(c.ping(), lb.UnauthorizedError, 'unauthorized');
     await c.close();
   });

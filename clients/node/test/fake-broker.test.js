@@ -123,7 +123,15 @@ describe('errors sent by a fake broker', () => {
         onRequest: (msg) =>
           msg.op === 'hello' ? errorAnswer(code, message(code, 'hello')) : { ok: true, redis: 'up' },
       });
-      const client = new lb.Client({ url: fake.url, connectTimeoutMs: 10000, backoffMinMs: 10, backoffMaxMs: 20 });
+      // With a secret: without one, an unauthorized hello opens the session
+      // (the next test).
+      const client = new lb.Client({
+        url: fake.url,
+        auth: 's3cret',
+        connectTimeoutMs: 10000,
+        backoffMinMs: 10,
+        backoffMaxMs: 20,
+      });
       try {
         const err = await client.connect().then(
           () => assert.fail(`${code}: connect() resolved`),
@@ -141,6 +149,30 @@ describe('errors sent by a fake broker', () => {
         await client.close();
         await fake.close();
       }
+    }
+  });
+
+  it('unauthorized answering a hello without a secret opens the session; any other code does not', async () => {
+    const fake = await FakeBroker.start({
+      onRequest: (msg) =>
+        msg.op === 'hello'
+          ? errorAnswer('unauthorized', message('unauthorized', 'hello'))
+          : { ok: true, redis: 'up' },
+    });
+    const client = new lb.Client({ url: fake.url, connectTimeoutMs: 10000 });
+    try {
+      await client.connect();
+      assert.equal(client.connected, true);
+      assert.equal(client.serverInfo, null);
+      assert.equal((await client.ping()).redis, 'up');
+      assert.equal(fake.connections.length, 1);
+      assert.deepEqual(
+        fake.connections[0].requests.map((m) => m.op),
+        ['hello', 'ping'],
+      );
+    } finally {
+      await client.close();
+      await fake.close();
     }
   });
 
