@@ -2,6 +2,11 @@
 tiny RESP client for reaching behind the broker's back, and private brokers
 that a test may kill and restart.
 
+``FakeBroker`` is a pretend broker for what a real one will not do on
+demand (answer any error code, close every connection at once);
+``LoggingProxy`` sits in front of a real one and records every line a
+client writes.
+
 Tests that need a broker call ``need_broker()`` first: without the
 environment (the suite run outside with-broker.sh) they are skipped, and the
 unit tests still run.
@@ -9,10 +14,12 @@ unit tests still run.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import unittest
 import uuid
@@ -148,3 +155,215 @@ class PrivateBroker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+
+# ---- brokers and proxies of the tests' own, in this process ----------------
+
+
+class _Server:
+    """A listening loopback socket and its acceptor thread; ``serve(n,
+    conn)`` handles accepted connection number n (1, 2, ...) on a thread of
+    its own. ``accepts`` holds each accept's time.monotonic(), taken before
+    the connection is handed on (so before it can be closed). ``close()``
+    stops everything and closes every socket it made."""
+
+    def __init__(self) -> None:
+        self.accepts: list[float] = []
+        self._mu = threading.Lock()
+        self._socks: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._stopping = False
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self._listener.settimeout(0.05)  # polls _stopping
+        self.port = self._listener.getsockname()[1]
+        self.url = f"tcp://127.0.0.1:{self.port}"
+        self._acceptor = threading.Thread(target=self._accept_loop, daemon=True,
+                                          name=f"{type(self).__name__}-accept")
+        self._acceptor.start()
+
+    def _accept_loop(self) -> None:
+        while not self._stopping:
+            try:
+                conn, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with self._mu:
+                self.accepts.append(time.monotonic())
+                n = len(self.accepts)
+                if self._stopping:
+                    conn.close()
+                    return
+            self.accepted(n, conn)
+
+    def accepted(self, n: int, conn: socket.socket) -> None:
+        """Takes connection n just accepted; by default serves it on a thread."""
+        self._track(conn)
+        self._spawn(self.serve, n, conn)
+
+    def _spawn(self, fn, *args) -> None:
+        t = threading.Thread(target=fn, args=args, daemon=True,
+                             name=f"{type(self).__name__}-conn")
+        with self._mu:
+            self._threads.append(t)
+        t.start()
+
+    def _track(self, sock: socket.socket) -> None:
+        with self._mu:
+            self._socks.append(sock)
+
+    def serve(self, n: int, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _cut(*socks: socket.socket) -> None:
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._stopping = True
+        self._acceptor.join(5)
+        self._listener.close()
+        joined: set = set()
+        while True:  # a connection's thread may still start another
+            with self._mu:
+                socks = list(self._socks)
+                threads = [t for t in self._threads if t not in joined]
+            self._cut(*socks)
+            if not threads:
+                break
+            for t in threads:
+                t.join(5)
+                joined.add(t)
+        for s in socks:
+            s.close()
+
+
+HELLO_LIMITS = {"max_line": 65536, "ttl_ms_min": 100, "ttl_ms_max": 86400000,
+                "max_leases_per_session": 10000, "max_waiters_per_session": 1000,
+                "max_inflight": 1024, "keepalive_ms_min": 500, "keepalive_ms_max": 600000}
+
+
+def error_answer(rid, code: str, message: str) -> dict:
+    return {"id": rid, "ok": False, "error": {"code": code, "message": message}}
+
+
+class FakeBroker(_Server):
+    """A pretend lockbrokerd on a free loopback port.
+
+    Each connection's request lines are kept in ``lines`` as (connection
+    number, decoded message). ``hello`` is answered as a real broker does
+    (``server``, ``proto``, ``session``, ``broker``, ``limits``, the latter
+    updated from ``limits``); every other request with what ``answer(msg)``
+    returns: a list of messages to write (dicts, or bytes written as they
+    are; a last item None closes the connection after them), or None to
+    close it at once. With ``slam=True`` every
+    connection is closed as soon as it is accepted, before reading anything.
+    """
+
+    SERVER = "lockbroker/0.0.0-fake"
+
+    def __init__(self, answer=None, *, slam: bool = False, limits: dict | None = None):
+        self.answer = answer
+        self.slam = slam
+        self.limits = dict(HELLO_LIMITS, **(limits or {}))
+        self.lines: list[tuple[int, dict]] = []
+        super().__init__()
+
+    def accepted(self, n: int, conn: socket.socket) -> None:
+        if self.slam:
+            conn.close()  # unread data: the client may see a reset, not an EOF
+        else:
+            super().accepted(n, conn)
+
+    def serve(self, n: int, conn: socket.socket) -> None:
+        rf = conn.makefile("rb")
+        try:
+            for raw in rf:
+                if not raw.strip():
+                    continue
+                msg = json.loads(raw)
+                with self._mu:
+                    self.lines.append((n, msg))
+                if msg.get("op") == "hello":
+                    out = [{"id": msg.get("id"), "ok": True, "server": self.SERVER, "proto": 1,
+                            "session": f"s{n}", "broker": "fa4eb40c3e5f0001",
+                            "limits": self.limits}]
+                else:
+                    out = self.answer(msg) if self.answer is not None else None
+                if out is None:
+                    break
+                last = out[-1] is None if out else False
+                conn.sendall(b"".join(m if isinstance(m, bytes) else
+                                      json.dumps(m, ensure_ascii=False).encode() + b"\n"
+                                      for m in out if m is not None))
+                if last:
+                    break
+        except (OSError, ValueError):
+            pass
+        finally:
+            rf.close()
+            self._cut(conn)
+
+    def ops(self, conn: int | None = None) -> list:
+        """The ops received (on connection ``conn`` only, if given), in order."""
+        with self._mu:
+            return [m.get("op") for n, m in self.lines if conn is None or n == conn]
+
+
+class LoggingProxy(_Server):
+    """A TCP proxy on a free loopback port in front of 127.0.0.1:``upstream``
+    that records every line a client writes through it: ``lines`` holds
+    (connection number, raw line without its newline). A line is recorded
+    before it is passed on, so once the client has the answer to a request,
+    every line it wrote before that request on that connection is recorded.
+    A connection whose upstream refuses it is closed at once; when either
+    side ends, both are cut."""
+
+    def __init__(self, upstream: int):
+        self.upstream = upstream
+        self.lines: list[tuple[int, bytes]] = []
+        super().__init__()
+
+    def serve(self, n: int, conn: socket.socket) -> None:
+        try:
+            up = socket.create_connection(("127.0.0.1", self.upstream), timeout=2)
+        except OSError:
+            self._cut(conn)
+            return
+        up.settimeout(None)
+        self._track(up)
+        self._spawn(self._pump, up, conn, None)
+        self._pump(conn, up, n)
+
+    def _pump(self, src: socket.socket, dst: socket.socket, n: int | None) -> None:
+        buf = b""
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if n is not None:
+                    buf += data
+                    *done, buf = buf.split(b"\n")
+                    with self._mu:
+                        self.lines.extend((n, line) for line in done)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._cut(src, dst)
+
+    def written(self, what: str | bytes, conn=None) -> list[bytes]:
+        """The recorded lines holding ``what`` (on connections for which
+        ``conn(n)`` is true, if given)."""
+        needle = what.encode() if isinstance(what, str) else what
+        with self._mu:
+            return [line for n, line in self.lines
+                    if needle in line and (conn is None or conn(n))]

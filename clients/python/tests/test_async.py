@@ -34,6 +34,7 @@ class AsyncLockTests(unittest.IsolatedAsyncioTestCase):
             info = await self.client.inspect(name)
             self.assertEqual((info.state, info.fence), ("exclusive", lease.fence))
             self.assertEqual(info.holders[0].owner, lockbroker.current_owner())
+            self.assertEqual(info.holders[0].client, "py-async-tests")  # hello's label
             self.assertEqual(await lease.extend(4000), 4000)
             self.assertEqual([i.lock for i in await self.client.leases()], [name])
         self.assertTrue(lease.released)

@@ -1,7 +1,8 @@
 """Brokers of the tests' own (LOCKBROKER_BIN): killed while a lease is held
 (the lease is lost, reason "disconnected"; new requests work once it is
-back, and the old token is never sent again), and the error codes that need
-a broker set up for them: limit_exceeded, unavailable, shutting_down."""
+back, and the old token is never sent again: a proxy records every line the
+client writes), and the error codes that need a broker set up for them:
+limit_exceeded, unavailable, shutting_down."""
 
 import asyncio
 import signal
@@ -10,7 +11,7 @@ import time
 import unittest
 
 import lockbroker
-from tests.support import PrivateBroker, env, free_port, unique, wait_until
+from tests.support import LoggingProxy, PrivateBroker, env, free_port, unique, wait_until
 
 
 class DisconnectTests(unittest.TestCase):
@@ -77,6 +78,44 @@ class DisconnectTests(unittest.TestCase):
         except lockbroker.Disconnected:
             return False
 
+    def test_old_token_is_never_written_on_a_new_session(self):
+        # Every line the client writes goes through a proxy that records it.
+        proxy = LoggingProxy(self.broker.port)
+        self.addCleanup(proxy.close)
+        client = lockbroker.Client(proxy.url, connect_timeout=1)
+        self.addCleanup(client.close)
+        lease = client.acquire(unique("old-token"), ttl_ms=5000, wait_ms=0)
+        detached = client.acquire(unique("old-token-detached"), detach=True, ttl_ms=5000)
+        self.assertEqual(lease.extend(4000), 4000)
+        # The proxy sees the token when the client does send it (session 1).
+        self.assertEqual(len(proxy.written(lease.token)), 1)
+
+        self.broker.kill()
+        self.assertTrue(lease.lost.wait(3))
+        self.broker.start()  # same port: the proxy's next connections reach it
+        self.assertTrue(wait_until(lambda: self._pings(client), timeout=5))
+        self.assertGreaterEqual(len(proxy.accepts), 2)
+
+        for what, call in (("release", lease.release), ("extend", lambda: lease.extend(1000)),
+                           ("check", lease.check), ("fence", lambda: lease.fence)):
+            with self.subTest(what=what), self.assertRaises(lockbroker.LeaseLost) as cm:
+                call()
+            # (The reason alone proves nothing: a lease stays lost for its first
+            # reason, even if the old token drew not_held; the proxy's record does.)
+            self.assertEqual(cm.exception.reason, "disconnected", what)
+        with self.assertRaises(lockbroker.LeaseLost) as cm:
+            with lease:
+                pass
+        self.assertEqual(cm.exception.reason, "disconnected")
+        # A detached lease is released through the new session: its token is
+        # written there, so the proxy does record tokens on the new session.
+        self.assertEqual(detached.release(), 0)
+        client.ping()  # answered: every line written before it is recorded
+        new_session = lambda n: n >= 2  # noqa: E731
+        self.assertEqual(len(proxy.written(detached.token, new_session)), 1)
+        self.assertEqual(proxy.written(lease.token, new_session), [])
+        self.assertEqual(len(proxy.written(lease.token)), 1)  # the extend, on session 1
+
     def test_async_killed_broker(self):
         async def run():
             client = lockbroker.AsyncClient(self.broker.url, connect_timeout=0.5)
@@ -101,6 +140,49 @@ class DisconnectTests(unittest.TestCase):
                 await client.close()
 
         asyncio.run(run())
+
+    def test_async_old_token_is_never_written_on_a_new_session(self):
+        proxy = LoggingProxy(self.broker.port)
+        self.addCleanup(proxy.close)
+
+        async def run():
+            client = lockbroker.AsyncClient(proxy.url, connect_timeout=1)
+            try:
+                lease = await client.acquire(unique("async-old-token"), ttl_ms=5000, wait_ms=0)
+                detached = await client.acquire(unique("async-old-token-detached"),
+                                                detach=True, ttl_ms=5000)
+                self.assertEqual(await lease.extend(4000), 4000)
+                self.assertEqual(len(proxy.written(lease.token)), 1)
+                self.broker.kill()
+                self.assertEqual(await asyncio.wait_for(lease.wait_lost(), 3), "disconnected")
+                self.broker.start()
+                for _ in range(100):
+                    try:
+                        await client.ping()
+                        break
+                    except lockbroker.Disconnected:
+                        await asyncio.sleep(0.05)
+                self.assertGreaterEqual(len(proxy.accepts), 2)
+                for what, call in (("release", lease.release),
+                                   ("extend", lambda: lease.extend(1000))):
+                    with self.subTest(what=what), self.assertRaises(lockbroker.LeaseLost) as cm:
+                        await call()
+                    self.assertEqual(cm.exception.reason, "disconnected", what)
+                with self.assertRaises(lockbroker.LeaseLost) as cm:
+                    async with lease:
+                        pass
+                self.assertEqual(cm.exception.reason, "disconnected")
+                self.assertEqual(await detached.release(), 0)
+                await client.ping()
+                return lease.token, detached.token
+            finally:
+                await client.close()
+
+        old, detached = asyncio.run(run())
+        new_session = lambda n: n >= 2  # noqa: E731
+        self.assertEqual(len(proxy.written(detached, new_session)), 1)
+        self.assertEqual(proxy.written(old, new_session), [])
+        self.assertEqual(len(proxy.written(old)), 1)
 
     def test_silent_broker_is_given_up_with_keepalive(self):
         client = lockbroker.Client(self.broker.url, keepalive_ms=500, connect_timeout=0.3)
