@@ -36,7 +36,7 @@ cleanup() {
 trap cleanup INT TERM EXIT
 
 free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 wait_for() { # what command...
 	what=$1
