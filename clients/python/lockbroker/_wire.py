@@ -10,8 +10,9 @@ Invariants:
   longer (without the ``\\n``) than the ``max_line`` the broker announced:
   :func:`encode` refuses it with :class:`LineTooLong` instead, because the
   broker answers such a line with ``"id": null`` and closes the session;
-- :class:`LineBuffer` hands out only complete lines; a broker line longer
-  than ``MAX_INCOMING`` is a sticky error (the stream cannot be trusted);
+- :class:`LineBuffer` hands out only complete lines, in time linear in
+  their length however many reads a line takes; a broker line longer than
+  ``MAX_INCOMING`` is a sticky error (the stream cannot be trusted);
 - blank lines are skipped, like the broker skips them.
 """
 
@@ -131,20 +132,29 @@ class LineBuffer:
     after which the stream is unusable.
     """
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_parts", "_size")
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._parts: list = []  # the pieces of the unfinished line, joined once it ends
+        self._size = 0
 
     def feed(self, data: bytes) -> list:
-        buf = self._buf + data if self._buf else data
         if b"\n" not in data:
-            if len(buf) > MAX_INCOMING:
+            self._size += len(data)
+            if self._size > MAX_INCOMING:
                 raise ValueError("a line from the broker is longer than 64 MiB")
-            self._buf = buf
+            if data:
+                self._parts.append(data)
             return []
-        lines = buf.split(b"\n")
-        self._buf = lines.pop()
+        if self._parts:
+            self._parts.append(data)
+            data = b"".join(self._parts)
+            self._parts = []
+        lines = data.split(b"\n")
+        tail = lines.pop()
+        self._size = len(tail)
+        if tail:
+            self._parts.append(tail)
         out = []
         for line in lines:
             if line.strip():
