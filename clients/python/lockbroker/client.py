@@ -30,6 +30,7 @@ Invariants:
 from __future__ import annotations
 
 import _thread
+import collections
 import queue
 import socket
 import threading
@@ -169,7 +170,8 @@ class _SyncSession(Session):
     def __init__(self, sock: socket.socket):
         super().__init__()
         self.sock = sock
-        self.wlock = threading.Lock()
+        self.outq: collections.deque = collections.deque()  # lines not yet written
+        self.wlock = threading.Lock()  # held by the one thread writing outq
         self.reader: threading.Thread | None = None
 
     def kill(self) -> None:
@@ -351,21 +353,44 @@ class Client(ClientCore):
         return pending.result
 
     def _write(self, session: _SyncSession, line: bytes) -> None:
-        """Writes one line. A failed write ends the session (its requests,
-        this one included, then fail with Disconnected); so does one cut
-        short by an exception (a signal handler's), since the rest of the
-        stream could not be read as lines any more, and that exception
-        propagates."""
-        with session.wlock:
+        """Queues one line and makes sure it is written: by this thread if no
+        other is writing, else by the writer, which writes what the others
+        queued meanwhile in one ``sendall`` (so a thread rarely waits for
+        another's write, and many lines cost one system call). Lines go out
+        in the order they were queued. A failed write ends the session (its
+        requests, the queued ones included, then fail with Disconnected); so
+        does one cut short by an exception (a signal handler's), since the
+        rest of the stream could not be read as lines any more, and that
+        exception propagates in the writer."""
+        outq = session.outq
+        outq.append(line)
+        wlock = session.wlock
+        # Only the lock's holder takes lines out; it looks at the queue again
+        # after letting the lock go, so a line queued while it was about to
+        # stop is never left behind (appending and the non-blocking acquire
+        # cannot both miss each other).
+        while outq and wlock.acquire(False):
             try:
-                session.sock.sendall(line)
-            except BaseException as e:
-                session.kill()
-                self._session_ended(session, e)
-                if not isinstance(e, OSError):
-                    raise
-                return
-            session.last_send = time.monotonic()
+                self._write_queued(session)
+            finally:
+                wlock.release()
+
+    def _write_queued(self, session: _SyncSession) -> None:
+        """Writes the queued lines, those queued meanwhile too (holding
+        ``wlock``); any exception ends the session, lines taken or not."""
+        outq = session.outq
+        try:
+            while outq:
+                n = len(outq)
+                data = outq.popleft() if n == 1 else b"".join([outq.popleft() for _ in range(n)])
+                session.sock.sendall(data)
+                session.last_send = time.monotonic()
+        except BaseException as e:
+            outq.clear()
+            session.kill()
+            self._session_ended(session, e)
+            if not isinstance(e, OSError):
+                raise
 
     def _send_nowait(self, session, op, fields) -> None:
         try:
