@@ -104,6 +104,7 @@ def read_secret(path: str) -> str:
     return data.decode("utf-8")
 
 
+_raw_decode = json.JSONDecoder().raw_decode
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
@@ -157,6 +158,15 @@ class LineBuffer:
             self._parts.append(tail)
         out = []
         for line in lines:
+            # The usual line, one object and nothing around it, goes straight
+            # to the scanner (json.loads would first sniff the encoding and
+            # skip whitespace); anything else gets json.loads' full rules.
+            text = line.decode("utf-8", "surrogatepass")  # as json.loads decodes UTF-8
+            if text[:1] == "{" and text[-1:] == "}":
+                msg, end = _raw_decode(text)
+                if end == len(text):
+                    out.append(msg)
+                    continue
             if line.strip():
                 out.append(json.loads(line))
         return out
