@@ -3,8 +3,9 @@
 One ``Client`` holds at most one session (one socket) at a time and may be
 shared by any number of threads. Threads around it:
 
-- the callers: each writes its request under the session's write lock and
-  sleeps on a lock of its own until the reader hands it the answer;
+- the callers: each queues its request line, writes the queue itself unless
+  another thread is writing it (``_write``), and sleeps on a lock of its
+  own until the reader hands it the answer;
 - one reader per session: reads lines, routes answers by ``id`` and events
   by lease (``ClientCore._route``), and when the socket ends, fails the
   pending requests and loses the session's leases (``_session_ended``);
@@ -171,7 +172,8 @@ class _SyncSession(Session):
         super().__init__()
         self.sock = sock
         self.outq: collections.deque = collections.deque()  # lines not yet written
-        self.wlock = threading.Lock()  # held by the one thread writing outq
+        self.outq_mu = threading.Lock()  # guards outq and writing
+        self.writing = False  # a thread is writing what outq holds
         self.reader: threading.Thread | None = None
 
     def kill(self) -> None:
@@ -363,30 +365,30 @@ class Client(ClientCore):
         rest of the stream could not be read as lines any more, and that
         exception propagates in the writer."""
         outq = session.outq
-        outq.append(line)
-        wlock = session.wlock
-        # Only the lock's holder takes lines out; it looks at the queue again
-        # after letting the lock go, so a line queued while it was about to
-        # stop is never left behind (appending and the non-blocking acquire
-        # cannot both miss each other).
-        while outq and wlock.acquire(False):
-            try:
-                self._write_queued(session)
-            finally:
-                wlock.release()
-
-    def _write_queued(self, session: _SyncSession) -> None:
-        """Writes the queued lines, those queued meanwhile too (holding
-        ``wlock``); any exception ends the session, lines taken or not."""
-        outq = session.outq
+        writer = False  # whether this thread took the writer's part
         try:
-            while outq:
-                n = len(outq)
-                data = outq.popleft() if n == 1 else b"".join([outq.popleft() for _ in range(n)])
+            with session.outq_mu:
+                outq.append(line)
+                if session.writing:
+                    return
+                # One statement, no call inside: an exception (a signal
+                # handler's) cannot fall between the two stores, so the
+                # handler below knows whether this thread is the writer.
+                session.writing = writer = True
+            while True:
+                with session.outq_mu:
+                    if not outq:
+                        session.writing = writer = False
+                        return
+                    data = b"".join(outq)
+                    outq.clear()
                 session.sock.sendall(data)
                 session.last_send = time.monotonic()
         except BaseException as e:
-            outq.clear()
+            if not writer:
+                raise
+            # Lines were taken, maybe half written: the stream is lost.
+            # (``writing`` stays set: nothing more is written on the session.)
             session.kill()
             self._session_ended(session, e)
             if not isinstance(e, OSError):
