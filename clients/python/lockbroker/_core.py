@@ -445,8 +445,11 @@ class ClientCore:
 
     # -- answers and events
 
-    def _route(self, session: Session, msg) -> None:
-        """Handles one message from the broker (reader side)."""
+    def _route(self, session: Session, msg, woken: list | None = None) -> None:
+        """Handles one message from the broker (reader side). An answered
+        request whose caller waits is woken (``_wake``) or, given ``woken``,
+        appended to it for the transport to wake once its batch is routed;
+        one whose caller gave up (``abandoned``) is not: nobody waits."""
         if not isinstance(msg, dict):
             log.warning("lockbroker: ignoring a message that is not an object")
             return
@@ -472,7 +475,10 @@ class ClientCore:
                 if pending.error.code not in ("cancelled", "timeout") and pending.waiter is None:
                     log.debug("lockbroker: %s answered %s", pending.op, pending.error)
             if pending.waiter is not None:
-                self._wake(pending)
+                if woken is None:
+                    self._wake(pending)
+                elif not pending.abandoned:
+                    woken.append(pending.waiter)
         for fn, args in posts:
             self._post(fn, *args)
 

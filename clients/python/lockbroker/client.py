@@ -5,7 +5,9 @@ shared by any number of threads. Threads around it:
 
 - the callers: each queues its request line, writes the queue itself unless
   another thread is writing it (``_write``), and sleeps on a lock of its
-  own until the reader hands it the answer;
+  own until its answer is routed and its turn to be woken comes (the
+  reader wakes the first caller a read answered, each woken caller the
+  next: ``_wake_batch``);
 - one reader per session: reads lines, routes answers by ``id`` and events
   by lease (``ClientCore._route``), and when the socket ends, fails the
   pending requests and loses the session's leases (``_session_ended``);
@@ -25,7 +27,11 @@ Invariants:
   (with backoff after failed attempts), and a lease bound to the dropped
   session is lost (``disconnected``) and never sent on the new one;
 - each thread is its own reentrancy owner unless the client or the call
-  names one, so two threads sharing the client exclude each other.
+  names one, so two threads sharing the client exclude each other;
+- a caller whose answer was routed is always woken: every caller woken in
+  turn, or giving up, wakes the next in turn (see ``_wake_batch``), and the
+  writer's part and the next wake are taken so that an exception (a signal
+  handler's) cannot lose them.
 """
 
 from __future__ import annotations
@@ -174,6 +180,13 @@ class _SyncSession(Session):
         self.outq: collections.deque = collections.deque()  # lines not yet written
         self.outq_mu = threading.Lock()  # guards outq and writing
         self.writing = False  # a thread is writing what outq holds
+        self.wakeq: collections.deque = collections.deque()  # answered waiters to wake, in turn
+        # Takes the next waiter from wakeq and releases it, both inside one
+        # call into C: no exception (a signal handler's, in the main thread)
+        # can fall between the two and lose the wake, as one could between
+        # a popleft() and a release() written in Python. IndexError when
+        # wakeq is empty.
+        self.wake_next = map(_thread.LockType.release, iter(self.wakeq.popleft, None)).__next__
         self.reader: threading.Thread | None = None
 
     def kill(self) -> None:
@@ -348,6 +361,16 @@ class Client(ClientCore):
                 self._unregister(session, pending)
             raise
         finally:
+            # Woken, or given up: passes a wake on (see _wake_batch). After
+            # _abandon / _unregister, so that a request routed before them is
+            # one whose caller does pass one on; written out here, as a call
+            # to a Python function could be cut short by an exception before
+            # it passed the wake.
+            if session.wakeq:
+                try:
+                    session.wake_next()
+                except IndexError:  # another caller took the last one meanwhile
+                    pass
             if hook is not None:
                 cancel._unhook(hook)
         if pending.error is not None:
@@ -404,6 +427,23 @@ class Client(ClientCore):
 
     def _wake(self, pending) -> None:
         pending.waiter.release()
+
+    def _wake_batch(self, session: _SyncSession, waiters: list) -> None:
+        """Wakes the callers whose answers one read brought, one after the
+        other: the first now, the others queued in ``wakeq``, from which
+        each caller, once woken, wakes one more (``wake_next``). Woken all
+        at once, they would all fight over the GIL (its mutex and condition)
+        while only one of them can run: many context switches for nothing.
+
+        The queue always drains: each caller whose waiter comes here wakes
+        one queued waiter once, after it was woken or after it gave up (a
+        caller that gave up before its answer came is left out by
+        ``_route``), so while waiters are queued, at least one such caller
+        has been woken or has given up and has yet to wake one."""
+        if waiters:
+            if len(waiters) > 1:
+                session.wakeq.extend(waiters[1:])
+            waiters[0].release()
 
     def _post(self, fn, *args) -> None:
         self._queue.put((fn, args))
@@ -477,6 +517,12 @@ class Client(ClientCore):
             session.kill()
             self._session_ended(session)
             raise
+        finally:
+            if session.wakeq:  # passes a wake on, as _call does
+                try:
+                    session.wake_next()
+                except IndexError:
+                    pass
         return session
 
     def _read_loop(self, session: _SyncSession) -> None:
@@ -489,8 +535,12 @@ class Client(ClientCore):
                 if not data:
                     break
                 session.last_recv = time.monotonic()
-                for msg in buf.feed(data):
-                    self._route(session, msg)
+                woken: list = []
+                try:
+                    for msg in buf.feed(data):
+                        self._route(session, msg, woken)
+                finally:
+                    self._wake_batch(session, woken)
         except (OSError, ValueError) as e:
             error = e
         except Exception as e:  # a bug in routing: end the session, loudly
