@@ -1,7 +1,7 @@
 """The threaded client against the suite's broker (LOCKBROKER_URL): scoped
-locks, waiting, cancel, shared mode, semaphores, threads sharing a client,
-leases lost while the body runs, and every error code the broker can be
-made to answer."""
+locks, waiting, cancel, shared mode, semaphores, threads sharing a client
+(two on one lock, sixteen on locks of their own), leases lost while the
+body runs, and every error code the broker can be made to answer."""
 
 import os
 import signal
@@ -195,6 +195,36 @@ class LockTests(unittest.TestCase):
         self.assertEqual(overlap, [])
         self.assertEqual(counter[0], 30)
         self.assertEqual(len(owners), 2)
+
+    def test_many_threads_share_one_client(self):
+        # Lines of several threads go out in one write, and the answers one
+        # read brings wake their callers in turn: none may be left behind.
+        client = lockbroker.Client(label="py-tests-many")
+        self.addCleanup(client.close)
+        prefix = unique("many")
+        done = []
+        errors = []
+
+        def work(i):
+            try:
+                for _ in range(40):
+                    with client.lock(f"{prefix}-{i}", wait_ms=0) as lease:
+                        self.assertTrue(lease.held)
+                done.append(i)
+            except Exception as e:  # reported below, not lost in the thread
+                errors.append(e)
+
+        # Daemon threads and one deadline: a caller never woken fails the
+        # test instead of hanging the suite.
+        threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(16)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self.assertEqual(errors, [])
+        self.assertEqual(sorted(done), list(range(16)))
+        self.assertEqual(client.leases(), [])
 
     def test_one_owner_when_told(self):
         name = unique("owner")

@@ -117,6 +117,25 @@ class TestFraming(unittest.TestCase):
     def test_garbage_is_an_error(self):
         with self.assertRaises(ValueError):
             _wire.LineBuffer().feed(b"{not json\n")
+        with self.assertRaises(ValueError):
+            _wire.LineBuffer().feed(b'{"id":1}{"id":2}\n')  # extra data after the object
+        with self.assertRaises(ValueError):
+            _wire.LineBuffer().feed(b'{"id":1,"x":"\xff"}\n')  # not UTF-8
+
+    def test_long_line_in_many_reads(self):
+        msg = {"id": 1, "ok": True, "leases": [{"lock": "l%d" % i} for i in range(3000)]}
+        line = json.dumps(msg).encode() + b"\n"
+        buf = _wire.LineBuffer()
+        got = []
+        for i in range(0, len(line), 7):
+            got += buf.feed(line[i:i + 7])
+        self.assertEqual(got, [msg])
+        self.assertEqual(buf.feed(b' {"id": 2}\r\n'), [{"id": 2}])  # whitespace around: json.loads' rules
+        with mock.patch.object(_wire, "MAX_INCOMING", 100):
+            buf = _wire.LineBuffer()
+            self.assertEqual(buf.feed(b"{" + b" " * 60), [])
+            with self.assertRaises(ValueError):
+                buf.feed(b" " * 60)
 
     def test_encode(self):
         line = _wire.encode({"id": 1, "op": "acquire", "lock": "ü"}, 100)
