@@ -412,10 +412,15 @@ class ClientCore:
             session.pending[rid] = pending
         return pending, line
 
-    def _unregister(self, session: Session, pending: Pending) -> None:
+    def _unregister(self, session: Session, pending: Pending) -> bool:
+        """Forgets a request whose caller gave up. Returns True when it was
+        answered already (by the reader, or failed by the session's end):
+        its waiter is then woken, or queued to be (client.py)."""
         with self._mu:
             if session.pending.get(pending.id) is pending:
                 del session.pending[pending.id]
+                return False
+            return True
 
     def _disconnected(self, session: Session | None, op: str | None) -> Disconnected:
         if self._closed:
@@ -583,9 +588,10 @@ class ClientCore:
         for fn, args in calls:
             self._post(fn, *args)
 
-    def _abandon(self, session: Session, pending: Pending) -> None:
+    def _abandon(self, session: Session, pending: Pending) -> bool:
         """The caller of a waiting acquire gave up (cancelled, interrupted):
-        cancels it at the broker, or releases what it was granted."""
+        cancels it at the broker, or releases what it was granted. Returns
+        True when it was answered already, as ``_unregister``."""
         with self._mu:
             waiting = session.pending.get(pending.id) is pending
             if waiting:
@@ -595,6 +601,7 @@ class ClientCore:
         elif isinstance(pending.result, LeaseBase):
             pending.result._released = True
             self._send_nowait(session, "release", {"lease": pending.result.token})
+        return not waiting
 
     # -- connection attempts
 

@@ -356,9 +356,17 @@ class Client(ClientCore):
         except BaseException:
             # Given up (KeyboardInterrupt, say): cancel or give back an acquire.
             if op == "acquire":
-                self._abandon(session, pending)
+                answered = self._abandon(session, pending)
             else:
-                self._unregister(session, pending)
+                answered = self._unregister(session, pending)
+            if answered:
+                # The answer came first: our waiter is released, or queued
+                # to be in our turn (maybe only once the reader's batch is
+                # routed). Wait for that turn, so that the wake passed on
+                # below comes after ours: passed on before our waiter was
+                # queued, it could find the queue empty, and the wake our
+                # waiter then absorbs would stop the chain.
+                waiter.acquire()
             raise
         finally:
             # Woken, or given up: passes a wake on (see _wake_batch). After
@@ -436,10 +444,10 @@ class Client(ClientCore):
         while only one of them can run: many context switches for nothing.
 
         The queue always drains: each caller whose waiter comes here wakes
-        one queued waiter once, after it was woken or after it gave up (a
-        caller that gave up before its answer came is left out by
-        ``_route``), so while waiters are queued, at least one such caller
-        has been woken or has given up and has yet to wake one."""
+        one queued waiter once, after its own waiter was released (a caller
+        that gives up after its answer was routed first waits for its turn;
+        one that gave up before is left out by ``_route``), so while waiters
+        are queued, at least one woken caller has yet to wake one."""
         if waiters:
             if len(waiters) > 1:
                 session.wakeq.extend(waiters[1:])
