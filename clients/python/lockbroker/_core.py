@@ -611,7 +611,10 @@ class ClientCore:
         that would pass ``deadline``."""
         now = time.monotonic()
         wait = max(0.0, self._next_attempt - now)
-        if wait > 0 and now + wait > deadline:
+        # A first attempt always goes out; a later one only within the deadline
+        # (an attempt slower than the backoff leaves no wait, but the deadline
+        # may have passed during it).
+        if (wait > 0 or last is not None) and now + wait >= deadline:
             why = f": {last}" if last is not None else " (backing off after failed attempts)"
             raise Disconnected(f"cannot connect to {self.url}{why}") from last
         return wait
