@@ -340,8 +340,10 @@ void lbc_unlink_lease_locked(lbc_lease_t *l)
 /* ---- the end of a session ------------------------------------------------------ */
 
 /* Ends the current session (see the file comment). Leases bound to it are
- * lost with reason r. Returns how many handles it marked. */
-static int teardown_locked(lbc_client_t *c, lbc_lost_reason r, const char *msg)
+ * lost with reason r; requests in flight fail with st (LBC_DISCONNECTED, or
+ * LBC_IO when the broker broke the protocol). Returns how many handles it
+ * marked. */
+static int teardown_locked(lbc_client_t *c, lbc_lost_reason r, lbc_status st, const char *msg)
 {
 	uint64_t gen = c->gen;
 	int marked = 0;
@@ -356,7 +358,7 @@ static int teardown_locked(lbc_client_t *c, lbc_lost_reason r, const char *msg)
 	for (lbc_pending_t *p = c->pending; p; p = p->next)
 		if (p->gen == gen && !p->done) {
 			p->done = true;
-			p->status = LBC_DISCONNECTED;
+			p->status = st;
 			snprintf(p->message, sizeof(p->message), "%s", msg);
 			pthread_cond_signal(&p->cv);
 		}
@@ -404,7 +406,7 @@ static int dispatch_locked(lbc_client_t *c, const char *line, size_t len)
 
 	if (lbc_json_parse(&d, line, len, msg, sizeof(msg)) < 0 || lbc_json_type(&d, 0) != LBC_J_OBJ) {
 		lbc_json_free(&d);
-		teardown_locked(c, LBC_LOST_DISCONNECTED,
+		teardown_locked(c, LBC_LOST_DISCONNECTED, LBC_IO,
 		                "the broker sent a line that is not a JSON object; connection dropped");
 		return -1;
 	}
@@ -471,7 +473,7 @@ static void process_locked(lbc_client_t *c)
 	memmove(c->rbuf, c->rbuf + start, c->rlen - start);
 	c->rlen -= start;
 	if (c->rlen > LBC_MAX_ANSWER)
-		teardown_locked(c, LBC_LOST_DISCONNECTED,
+		teardown_locked(c, LBC_LOST_DISCONNECTED, LBC_IO,
 		                "the broker sent a line longer than 16 MiB; connection dropped");
 }
 
@@ -521,11 +523,12 @@ static void read_once(lbc_client_t *c, int64_t deadline, int extra_fd)
 			c->rlen += (size_t)got;
 			process_locked(c);
 		} else if (got == 0) {
-			teardown_locked(c, LBC_LOST_DISCONNECTED, "the broker closed the connection");
+			teardown_locked(c, LBC_LOST_DISCONNECTED, LBC_DISCONNECTED,
+			                "the broker closed the connection");
 		} else if (err) {
 			char m[128];
 			snprintf(m, sizeof(m), "reading from the broker: %s", strerror(err));
-			teardown_locked(c, LBC_LOST_DISCONNECTED, m);
+			teardown_locked(c, LBC_LOST_DISCONNECTED, LBC_DISCONNECTED, m);
 		}
 	}
 	close_dead_locked(c);
@@ -877,7 +880,7 @@ static void write_locked(lbc_client_t *c, lbc_pending_t *p, const lbc_jw_t *w, i
 	if (e && c->state == ST_UP && c->gen == p->gen) {
 		char m[128];
 		snprintf(m, sizeof(m), "writing to the broker: %s", strerror(e));
-		teardown_locked(c, LBC_LOST_DISCONNECTED, m);
+		teardown_locked(c, LBC_LOST_DISCONNECTED, LBC_DISCONNECTED, m);
 	}
 	close_dead_locked(c);
 }
@@ -945,15 +948,16 @@ lbc_status lbc_call(lbc_client_t *c, lbc_pending_t *p, lbc_jw_t *w, int64_t time
 		char m[128];
 		snprintf(m, sizeof(m), "no answer from the broker within %lld ms; connection dropped",
 		         (long long)(timeout_ms < 0 ? lbc_request_timeout(c) : timeout_ms));
-		teardown_locked(c, LBC_LOST_DISCONNECTED, m);
+		teardown_locked(c, LBC_LOST_DISCONNECTED, LBC_DISCONNECTED, m);
 		p->status = LBC_DISCONNECTED;
 		snprintf(p->message, sizeof(p->message), "%s", m);
 	}
 	unlink_pending(c, p);
 	handoff_locked(c);
-	st = p->done && p->status == LBC_OK ? LBC_OK : LBC_DISCONNECTED;
+	st = !p->done ? LBC_DISCONNECTED : p->status == LBC_IO ? LBC_IO
+	   : p->status == LBC_OK ? LBC_OK : LBC_DISCONNECTED;
 	if (st != LBC_OK)
-		lbc_set_error(err, LBC_DISCONNECTED, p->message[0] ? p->message : NULL);
+		lbc_set_error(err, st, p->message[0] ? p->message : NULL);
 	lbc_unlock(c);
 	lbc_deliver_events(c);
 	return st;
@@ -1097,7 +1101,7 @@ int lbc_close(lbc_client_t *c)
 	if (c == NULL)
 		return 0;
 	lbc_lock(c);
-	marked = teardown_locked(c, LBC_LOST_CLOSED, "the client was closed");
+	marked = teardown_locked(c, LBC_LOST_CLOSED, LBC_DISCONNECTED, "the client was closed");
 	c->state = ST_CLOSED;
 	pthread_cond_broadcast(&c->cv);
 	lbc_unlock(c);

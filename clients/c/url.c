@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 const char *lbc_default_url(void)
@@ -32,11 +33,16 @@ int lbc_url_parse(const char *url, lbc_addr_t *a, char *errbuf, size_t errlen)
 		snprintf(errbuf, errlen, "no URL");
 		return -1;
 	}
-	if (strncmp(url, "unix://", 7) == 0) {
+	/* schemes are case-insensitive (RFC 3986), as the broker's own parser */
+	if (strncasecmp(url, "unix://", 7) == 0) {
 		const char *path = url + 7;
 		size_t n = strlen(path);
 		if (n == 0) {
 			snprintf(errbuf, errlen, "unix:// URL without a path");
+			return -1;
+		}
+		if (path[0] != '/') {
+			snprintf(errbuf, errlen, "the socket path must be absolute (unix:///PATH)");
 			return -1;
 		}
 		if (n >= sizeof(a->path)) {
@@ -47,7 +53,7 @@ int lbc_url_parse(const char *url, lbc_addr_t *a, char *errbuf, size_t errlen)
 		memcpy(a->path, path, n + 1);
 		return 0;
 	}
-	if (strncmp(url, "tcp://", 6) == 0) {
+	if (strncasecmp(url, "tcp://", 6) == 0) {
 		const char *h = url + 6, *colon, *hend;
 		char *end;
 		long port;

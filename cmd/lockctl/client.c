@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "broker/base/url.h"
 #include "broker/base/version.h"
 
 /* lbc's timeouts are ints; lockctl's durations go up to 2^53 ms. */
@@ -64,19 +65,33 @@ int lc_connect(const lc_global_t *g, void (*on_event)(void *, const lbc_event_t 
 		.event_arg = arg,
 	};
 	lbc_error_t err;
+	listen_addr_t a;
+	char msg[256], ub[LC_MASK_BUF];
 
+	/* the broker's own parser first: its messages, and a usage error for
+	 * every URL lbc would refuse (lbc takes what it takes) */
+	*out = NULL;
+	int parsed = url_parse_listen(g->url, &a, msg, sizeof(msg));
+	if (parsed == 0 && a.kind == URL_TCP && a.port == 0) {
+		parsed = -1;
+		snprintf(msg, sizeof(msg), "port 0");
+	}
+	if (parsed < 0) {
+		lc_err("bad broker URL %s: %s", lc_masked(g->url, ub), msg);
+		return LC_EXIT_USAGE;
+	}
 	*out = lbc_connect(g->url, &opts, &err);
 	if (*out != NULL)
 		return 0;
 	if (err.status == LBC_INVALID_ARGUMENT && !err.from_broker) {
 		char mb[LC_MASK_BUF];
-		lc_err("bad --broker: %s (see lockctl --help)", lc_masked(err.message, mb));
-		return LC_EXIT_USAGE; /* a URL lbc does not take */
+		lc_err("bad broker URL %s: %s", lc_masked(g->url, ub), lc_masked(err.message, mb));
+		return LC_EXIT_USAGE;
 	}
 	return lc_fail("connect", &err, -1);
 }
 
-lbc_acquire_opts_t lc_acquire_opts(const lc_lock_opts_t *o, lbc_cancel_t *cancel)
+lbc_acquire_opts_t lc_acquire_opts(const lc_lock_opts_t *o)
 {
 	return (lbc_acquire_opts_t){
 		.mode = o->shared ? LBC_SHARED : LBC_EXCLUSIVE,
@@ -85,7 +100,7 @@ lbc_acquire_opts_t lc_acquire_opts(const lc_lock_opts_t *o, lbc_cancel_t *cancel
 		.wait_ms = o->wait_ms < 0 ? LBC_WAIT_FOREVER : o->wait_ms == 0 ? LBC_NO_WAIT : o->wait_ms,
 		.detach = o->detach,
 		.max_hold_ms = o->max_hold_ms < 0 ? 0 : o->max_hold_ms,
-		.cancel = cancel,
+		.owner = "", /* the protocol's default owner: one acquire per session */
 	};
 }
 

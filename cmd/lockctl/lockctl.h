@@ -89,8 +89,8 @@ typedef struct lc_lock_opts {
 	int64_t kill_after_ms; /* run: SIGTERM -> SIGKILL grace */
 } lc_lock_opts_t;
 
-/* The lbc options for o (cancel: the token that gives the wait up, or NULL). */
-lbc_acquire_opts_t lc_acquire_opts(const lc_lock_opts_t *o, lbc_cancel_t *cancel);
+/* The lbc options for o. */
+lbc_acquire_opts_t lc_acquire_opts(const lc_lock_opts_t *o);
 /* The fields of o's acquire request as a JSON object's text (malloc'd),
  * for lbc_request (--json). */
 char *lc_acquire_fields(const lc_lock_opts_t *o);

@@ -336,7 +336,7 @@ static int one_request(const lc_global_t *g, const char *op, char *fields,
 
 static int cmd_acquire(const lc_global_t *g, const lc_lock_opts_t *o)
 {
-	lbc_acquire_opts_t ao = lc_acquire_opts(o, NULL);
+	lbc_acquire_opts_t ao = lc_acquire_opts(o);
 	lbc_client_t *c;
 	lbc_lease_t *lease;
 	lbc_error_t err;

@@ -7,10 +7,14 @@
  * LOCKBROKER_FENCE in its environment; supervise; release; exit with the
  * command's status.
  *
- * Signals: the handlers only write the signal number to a self-pipe and
- * fire the acquire's cancel token (lbc_cancel_fire is async-signal-safe),
- * so a signal while we wait makes lbc_acquire send `cancel` and answer
- * LBC_CANCELLED; we then exit 128+N. Everything else happens in the loops.
+ * Signals: the handlers only write the signal number to a self-pipe and,
+ * while we wait for the grant, shut the session's socket down (shutdown(2)
+ * is async-signal-safe): the broker sees the session end, which withdraws
+ * the wait and frees anything granted meanwhile, and lbc_acquire returns at
+ * once whatever state the broker or Redis is in; we then exit 128+N. (The
+ * client's cancel token would wait for the broker's answer to `cancel`,
+ * up to --timeout with a stuck Redis.) Everything else happens in the
+ * loops.
  *
  * Supervision is one poll() loop over the client's socket (lbc_fd) and the
  * self-pipe; lbc_poll reads what the broker sent. The lease handle marked
@@ -45,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #ifdef __linux__
@@ -60,9 +65,9 @@ static struct {
 	struct sigaction old[NSIGS];  /* dispositions at start, for the child */
 	bool installed[NSIGS];        /* false: was SIG_IGN, left alone */
 	sigset_t set;                 /* the installed signals */
-	lbc_cancel_t *cancel;         /* fired by every signal but SIGCHLD; set
-	                                 before the handlers are installed */
-} S = {.pipe = {-1, -1}};
+	volatile sig_atomic_t waiting; /* lbc_acquire runs: a signal ends the session */
+	int fd;                       /* the session's socket while waiting */
+} S = {.pipe = {-1, -1}, .fd = -1};
 
 /* The byte is the signal number, with TTY_SIG set when the kernel sent it
  * (a terminal's ^C, ^\, hangup): those already reached a command that
@@ -77,8 +82,8 @@ static void on_signal(int sig, siginfo_t *si, void *uctx)
 	(void)uctx;
 	if (si != NULL && si->si_code == SI_KERNEL)
 		b |= TTY_SIG;
-	if (sig != SIGCHLD)
-		lbc_cancel_fire(S.cancel); /* gives up a waiting acquire; harmless later */
+	if (sig != SIGCHLD && S.waiting)
+		shutdown(S.fd, SHUT_RDWR); /* gives the wait up: see the file comment */
 
 	/* a full pipe drops the byte: enough are queued to wake the loop */
 	if (write(S.pipe[1], &b, 1) < 0) {
@@ -88,7 +93,7 @@ static void on_signal(int sig, siginfo_t *si, void *uctx)
 
 static int signals_install(void)
 {
-	if ((S.cancel = lbc_cancel_new()) == NULL || pipe2(S.pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+	if (pipe2(S.pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
 		lc_err("pipe: %s", strerror(errno));
 		return -1;
 	}
@@ -124,8 +129,6 @@ static void signals_restore(void)
 static void signals_free(void)
 {
 	signals_restore();
-	lbc_cancel_free(S.cancel);
-	S.cancel = NULL;
 	for (int i = 0; i < 2; i++)
 		if (S.pipe[i] >= 0) {
 			close(S.pipe[i]);
@@ -146,31 +149,42 @@ static size_t signals_take(int *sigs, size_t n)
 	return k;
 }
 
-/* Acquires the lock; a signal (but SIGCHLD) gives the wait up. Returns 0
- * with *lease, or the exit status (printed). */
+/* The first queued signal but SIGCHLD, or 0. */
+static int signal_taken(void)
+{
+	int sigs[64];
+	size_t ns = signals_take(sigs, 64);
+
+	for (size_t k = 0; k < ns; k++)
+		if ((sigs[k] & ~TTY_SIG) != SIGCHLD)
+			return sigs[k] & ~TTY_SIG;
+	return 0;
+}
+
+/* Acquires the lock; a signal (but SIGCHLD) while it waits gives up, even
+ * if the grant came at the same moment (the lease ends with the session).
+ * Returns 0 with *lease, or the exit status (printed). */
 static int acquire(lbc_client_t *c, const lc_lock_opts_t *o, lbc_lease_t **lease)
 {
-	lbc_acquire_opts_t ao = lc_acquire_opts(o, S.cancel);
+	lbc_acquire_opts_t ao = lc_acquire_opts(o);
 	lbc_error_t err;
-	lbc_status st = lbc_acquire(c, o->name, &ao, lease, &err);
-	int sigs[64];
-	size_t ns;
+	lbc_status st;
+	int sig;
 
-	if (st == LBC_OK)
-		return 0;
-	if (st == LBC_CANCELLED) {
-		ns = signals_take(sigs, 64);
-		for (size_t k = 0; k < ns; k++) {
-			int sig = sigs[k] & ~TTY_SIG;
-			if (sig != SIGCHLD) {
-				char nb[LC_MASK_BUF];
-				lc_err("got signal %d while waiting for lock \"%s\"; giving up", sig,
-				       lc_masked(o->name, nb));
-				return 128 + sig;
-			}
-		}
+	S.fd = lbc_fd(c);
+	S.waiting = 1;
+	st = lbc_acquire(c, o->name, &ao, lease, &err);
+	S.waiting = 0;
+	if ((sig = signal_taken()) != 0) {
+		char nb[LC_MASK_BUF];
+		lc_err("got signal %d while waiting for lock \"%s\"; giving up", sig,
+		       lc_masked(o->name, nb));
+		if (st == LBC_OK)
+			lbc_lease_free(*lease); /* closing the session releases it */
+		*lease = NULL;
+		return 128 + sig;
 	}
-	return lc_acquire_fail(o, &err);
+	return st == LBC_OK ? 0 : lc_acquire_fail(o, &err);
 }
 
 /* fork + exec; the child leads a new process group when own_group.
@@ -223,14 +237,18 @@ static const char *lost_why(lbc_lost_reason r)
 	                                  : lbc_lost_reason_name(r);
 }
 
-/* The broker's shutdown warning, once (on_event of the session). */
+/* The lease is held: the shutdown warning is about it. */
+static bool held;
+
+/* The broker's shutdown warning, once, while the lease is held (before,
+ * the waiting acquire answers shutting_down by itself). */
 static void on_event(void *arg, const lbc_event_t *ev)
 {
 	const lc_lock_opts_t *o = arg;
 	static bool warned;
 	char nb[LC_MASK_BUF];
 
-	if (ev->type == LBC_EVENT_SHUTDOWN && !warned) {
+	if (ev->type == LBC_EVENT_SHUTDOWN && held && !warned) {
 		lc_err("the broker is shutting down; the lease on \"%s\" ends within %" PRId64 " ms",
 		       lc_masked(o->name, nb), ev->grace_ms);
 		warned = true;
@@ -323,6 +341,7 @@ int lc_run(const lc_global_t *g, const lc_lock_opts_t *o, char **cmd)
 	}
 	if ((r = acquire(c, o, &lease)) != 0)
 		goto out;
+	held = true;
 
 	/* The command leads its own process group, so that a lost lease stops
 	 * its children too; except when we run in the foreground of a terminal,
@@ -338,10 +357,22 @@ int lc_run(const lc_global_t *g, const lc_lock_opts_t *o, char **cmd)
 	if (lost)
 		goto out;
 
-	/* release explicitly, to know it happened; closing would do it too */
-	st = lbc_release(c, lease, NULL, &err);
-	lease = NULL; /* lbc_release freed the handle */
-	if (st == LBC_LOST) {
+	/* release explicitly, to know it happened; closing would do it too.
+	 * What the broker sent while the command ran is read first: a loss
+	 * it reported, or one the release finds (not_held, or a lost event
+	 * met on the way), means the command may have run without the lock;
+	 * the release's own failure (no answer in time, the connection gone
+	 * now) does not, as the lease was held up to the command's end. */
+	(void)lbc_poll(c, 0, NULL);
+	if (lbc_lease_lost(lease) && lbc_lease_lost_reason(lease) != LBC_LOST_DISCONNECTED) {
+		st = LBC_LOST;
+		err.lost_reason = lbc_lease_lost_reason(lease);
+		lbc_lease_free(lease);
+	} else {
+		st = lbc_release(c, lease, NULL, &err);
+	}
+	lease = NULL; /* freed either way */
+	if (st == LBC_LOST && err.lost_reason != LBC_LOST_DISCONNECTED) {
 		char nb[LC_MASK_BUF];
 		lc_err("the lease on lock \"%s\" was lost (%s) before the command's end was released",
 		       lc_masked(o->name, nb), lost_why(err.lost_reason));

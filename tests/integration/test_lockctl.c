@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -34,6 +35,7 @@ enum {
     EX_OK_ = 0,
     EX_USAGE_ = 64,
     EX_UNAVAILABLE_ = 69,
+    EX_INTERNAL_ = 70,
     EX_BUSY_ = 73,
     EX_TIMEOUT_ = 74,
     EX_LOST_ = 75,
@@ -549,6 +551,158 @@ LB_TEST(lockctl, run_lease_lost_found_at_release, 40)
     lb_end();
 }
 
+/* A fake broker for one connection: accepts, answers hello, then answers
+ * every read with a line that is not JSON. */
+typedef struct garbage_broker {
+    int lfd;
+    int port;
+    pthread_t thread;
+} garbage_broker;
+
+static void *garbage_main(void *arg)
+{
+    garbage_broker *g = arg;
+    int fd = accept(g->lfd, NULL, NULL);
+    char buf[4096];
+
+    if (fd < 0)
+        return NULL;
+    /* hello (lbc's first id is 1) is answered; what follows gets junk */
+    static const char hello[] = "{\"id\":1,\"ok\":true,\"server\":\"fake/0\",\"proto\":1}\n";
+    if (read(fd, buf, sizeof(buf)) > 0 && write(fd, hello, sizeof(hello) - 1) > 0)
+        while (read(fd, buf, sizeof(buf)) > 0)
+            if (write(fd, "this is not json\n", 17) < 0)
+                break;
+    close(fd);
+    return NULL;
+}
+
+static void garbage_start(garbage_broker *g)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    socklen_t len = sizeof(a);
+
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    g->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(g->lfd >= 0);
+    cr_assert(bind(g->lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    cr_assert(listen(g->lfd, 4) == 0);
+    cr_assert(getsockname(g->lfd, (struct sockaddr *)&a, &len) == 0);
+    g->port = ntohs(a.sin_port);
+    cr_assert(pthread_create(&g->thread, NULL, garbage_main, g) == 0);
+}
+
+static void garbage_stop(garbage_broker *g)
+{
+    shutdown(g->lfd, SHUT_RDWR); /* ends a pending accept */
+    close(g->lfd);
+    pthread_join(g->thread, NULL);
+}
+
+LB_TEST(lockctl, bad_data_from_the_broker_is_internal, 30)
+{
+    garbage_broker g;
+    lc_result res;
+    char url[64];
+
+    garbage_start(&g);
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", g.port);
+    EXPECT_STATUS(lc_do(&res, "--broker", url, "--timeout", "5s", "ping", NULL), EX_INTERNAL_);
+    cr_assert(strstr(res.err, "not a JSON object"), "%s", res.err);
+    cr_assert_eq(count_lines(res.err), 1, "%s", res.err);
+    garbage_stop(&g);
+    lb_end();
+}
+
+LB_TEST(lockctl, signal_while_waiting_on_a_frozen_broker_gives_up_at_once, 40)
+{
+    lb_redis *r;
+    lb_broker *b;
+    start_pair(&r, &b);
+    lb_client *c = lb_connect(b, LB_TCP);
+    const char *lease = lb_must_acquire(c, "frz", 30000);
+    lc_proc w = lc_start("--broker", tcp_url(b), "--timeout", "10s", "run", "frz", "--", "true",
+                         NULL);
+    int64_t deadline = lb_now_ms() + 5000;
+    while (lb_int(lb_inspect(c, "frz"), "waiters") != 1) {
+        cr_assert(lb_now_ms() < deadline, "lockctl never queued");
+        lb_sleep_ms(20);
+    }
+
+    /* The broker frozen: a cancel would wait for its answer (up to
+     * --timeout); ending the session does not wait for anything. */
+    cr_assert_eq(kill(lb_broker_pid(b), SIGSTOP), 0);
+    int64_t t0 = lb_now_ms();
+    cr_assert_eq(kill(w.pid, SIGTERM), 0);
+    int st = lc_wait(&w, 12000);
+    int64_t took = lb_now_ms() - t0;
+    kill(lb_broker_pid(b), SIGCONT);
+    char err[4096];
+    slurp(w.err, err, sizeof(err));
+    cr_assert_eq(st, 128 + SIGTERM, "exit %d; stderr: %s", st, err);
+    cr_assert_lt(took, 3000, "gave up after %lld ms (--timeout is 10 s)", (long long)took);
+    cr_assert(strstr(err, "giving up"), "%s", err);
+
+    /* the waiter went with the session (seen once the broker runs again) */
+    deadline = lb_now_ms() + 5000;
+    while (lb_int(lb_inspect(c, "frz"), "waiters") != 0) {
+        cr_assert(lb_now_ms() < deadline, "the waiter stayed queued");
+        lb_sleep_ms(20);
+    }
+    lb_expect_ok(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease));
+    lb_end();
+}
+
+LB_TEST(lockctl, run_release_without_answer_keeps_the_status, 40)
+{
+    lb_redis *r;
+    lb_broker *b;
+    start_pair(&r, &b);
+    const char *started = tmp_path("started"), *go = tmp_path("go");
+    char cmd[3 * PATH_MAX];
+    /* the lease is held for the command's whole run; only the release gets
+     * no answer (Redis frozen): not a loss, so the command's status (7) */
+    snprintf(cmd, sizeof(cmd), "echo $$ >%s; while [ ! -f %s ]; do sleep 0.02; done; exit 7",
+             started, go);
+    lc_proc p = lc_start("--broker", tcp_url(b), "--timeout", "1s", "run", "--ttl", "30s", "rel",
+                         "--", "sh", "-c", cmd, NULL);
+    cr_assert(wait_file(started, 5000), "the command did not start");
+    cr_assert_eq(kill(lb_redis_pid(r), SIGSTOP), 0);
+    FILE *f = fopen(go, "w");
+    cr_assert(f);
+    fclose(f);
+    int st = lc_wait(&p, 10000);
+    kill(lb_redis_pid(r), SIGCONT);
+    char err[4096];
+    slurp(p.err, err, sizeof(err));
+    cr_assert_eq(st, 7, "exit %d; stderr: %s", st, err);
+    cr_assert(strstr(err, "release"), "a warning about the release: %s", err);
+    lb_end();
+}
+
+LB_TEST(lockctl, shutdown_while_waiting_is_one_line, 40)
+{
+    lb_redis *r = lb_redis_start(false);
+    lb_broker *b = lb_broker_start(r, "--shutdown-grace-ms", "500", NULL);
+    lb_client *c = lb_connect(b, LB_TCP);
+    (void)lb_must_acquire(c, "sdw", 30000);
+    lc_proc w = lc_start("--broker", tcp_url(b), "run", "sdw", "--", "true", NULL);
+    int64_t deadline = lb_now_ms() + 5000;
+    while (lb_int(lb_inspect(c, "sdw"), "waiters") != 1) {
+        cr_assert(lb_now_ms() < deadline, "lockctl never queued");
+        lb_sleep_ms(20);
+    }
+    lb_broker_signal(b, SIGTERM);
+    int st = lc_wait(&w, 10000);
+    char err[4096];
+    slurp(w.err, err, sizeof(err));
+    cr_assert_eq(st, EX_UNAVAILABLE_, "exit %d; stderr: %s", st, err);
+    cr_assert(strstr(err, "shutting_down"), "%s", err);
+    cr_assert_eq(count_lines(err), 1, "no lease, no warning about one: %s", err);
+    lb_broker_wait_exit(b);
+    lb_end();
+}
+
 /* ---- run: signals ---------------------------------------------------------------- */
 
 LB_TEST(lockctl, run_forwards_signals, 40)
@@ -642,6 +796,7 @@ LB_TEST(lockctl, run_sets_fence_env, 40)
     EXPECT_STATUS(lc_do(&res, "--broker", tcp_url(b), "inspect", "fen", NULL), 0);
     cr_assert(strstr(res.out, "exclusive"), "%s", res.out);
     cr_assert(strstr(res.out, "lockctl/"), "the holder's client label: %s", res.out);
+    cr_assert(strstr(res.out, "owner \"\""), "the protocol's default owner: %s", res.out);
 
     /* only the fence is exposed, never the lease token */
     char env[16384];
@@ -978,6 +1133,8 @@ LB_TEST(lockctl, usage_errors, 40)
         {"--broker", u, "inspect", "", "x", NULL},
         {"--broker", u, "run", "", "--", "true", NULL},
         {"--broker", "http://x", "ping", NULL},
+        {"--broker", "unix://rel/sock", "ping", NULL},
+        {"--broker", "tcp://a b:1", "ping", NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         EXPECT_STATUS(lc_run_args(&res, NULL, cases[i]), EX_USAGE_);

@@ -331,7 +331,9 @@ Test(fake, garbage_ends_the_session, .timeout = 10)
 
 	fake_start(&f, F_GARBAGE);
 	c = must_connect(url_of(&f, url, sizeof(url)), NULL);
-	cr_assert_eq(lbc_ping(c, NULL, &err), LBC_DISCONNECTED);
+	/* bad data is LBC_IO (not the protocol), and it ends the session */
+	cr_assert_eq(lbc_ping(c, NULL, &err), LBC_IO);
+	cr_assert_str_eq(err.code, "io");
 	cr_assert_not_null(strstr(err.message, "not a JSON object"), "%s", err.message);
 	cr_assert_eq(lbc_fd(c), -1);
 	lbc_close(c);

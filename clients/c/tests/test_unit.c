@@ -175,8 +175,13 @@ Test(url, parses)
 	cr_assert_eq(lbc_url_parse("unix:///run/lb.sock", &a, msg, sizeof(msg)), 0);
 	cr_assert(a.is_unix);
 	cr_assert_str_eq(a.path, "/run/lb.sock");
+	/* schemes are case-insensitive */
+	cr_assert_eq(lbc_url_parse("TCP://h:1", &a, msg, sizeof(msg)), 0);
+	cr_assert_eq(lbc_url_parse("Unix:///s", &a, msg, sizeof(msg)), 0);
+	cr_assert(a.is_unix);
 	static const char *bad[] = {"", "http://x:1", "tcp://x", "tcp://x:0", "tcp://x:65536", "tcp://:1",
-	                            "tcp://x:1a", "tcp://::1:5", "tcp://[::1]5", "unix://", NULL};
+	                            "tcp://x:1a", "tcp://::1:5", "tcp://[::1]5", "unix://",
+	                            "unix://rel/sock", NULL};
 	for (int i = 0; bad[i]; i++)
 		cr_expect_eq(lbc_url_parse(bad[i], &a, msg, sizeof(msg)), -1, "accepted %s", bad[i]);
 	cr_assert_eq(lbc_url_parse(NULL, &a, msg, sizeof(msg)), -1);
