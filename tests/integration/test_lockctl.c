@@ -320,6 +320,21 @@ static int64_t read_int_file(const char *path)
     return v;
 }
 
+/* Waits (up to 5 s) until inspect of name shows n waiters. */
+static void wait_waiters(lb_client *c, const char *name, int64_t n)
+{
+    int64_t deadline = lb_now_ms() + 5000;
+
+    for (;;) {
+        json_t *in = lb_inspect(c, name);
+        if (lb_int(in, "waiters") == n)
+            return;
+        cr_assert(lb_now_ms() < deadline, "%s: want %lld waiters: %s", name, (long long)n,
+                  lb_dump(in));
+        lb_sleep_ms(20);
+    }
+}
+
 static void start_pair(lb_redis **r, lb_broker **b)
 {
     *r = lb_redis_start(false);
@@ -623,11 +638,7 @@ LB_TEST(lockctl, signal_while_waiting_on_a_frozen_broker_gives_up_at_once, 40)
     const char *lease = lb_must_acquire(c, "frz", 30000);
     lc_proc w = lc_start("--broker", tcp_url(b), "--timeout", "10s", "run", "frz", "--", "true",
                          NULL);
-    int64_t deadline = lb_now_ms() + 5000;
-    while (lb_int(lb_inspect(c, "frz"), "waiters") != 1) {
-        cr_assert(lb_now_ms() < deadline, "lockctl never queued");
-        lb_sleep_ms(20);
-    }
+    wait_waiters(c, "frz", 1);
 
     /* The broker frozen: a cancel would wait for its answer (up to
      * --timeout); ending the session does not wait for anything. */
@@ -644,11 +655,7 @@ LB_TEST(lockctl, signal_while_waiting_on_a_frozen_broker_gives_up_at_once, 40)
     cr_assert(strstr(err, "giving up"), "%s", err);
 
     /* the waiter went with the session (seen once the broker runs again) */
-    deadline = lb_now_ms() + 5000;
-    while (lb_int(lb_inspect(c, "frz"), "waiters") != 0) {
-        cr_assert(lb_now_ms() < deadline, "the waiter stayed queued");
-        lb_sleep_ms(20);
-    }
+    wait_waiters(c, "frz", 0);
     lb_expect_ok(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease));
     lb_end();
 }
@@ -687,11 +694,7 @@ LB_TEST(lockctl, shutdown_while_waiting_is_one_line, 40)
     lb_client *c = lb_connect(b, LB_TCP);
     (void)lb_must_acquire(c, "sdw", 30000);
     lc_proc w = lc_start("--broker", tcp_url(b), "run", "sdw", "--", "true", NULL);
-    int64_t deadline = lb_now_ms() + 5000;
-    while (lb_int(lb_inspect(c, "sdw"), "waiters") != 1) {
-        cr_assert(lb_now_ms() < deadline, "lockctl never queued");
-        lb_sleep_ms(20);
-    }
+    wait_waiters(c, "sdw", 1);
     lb_broker_signal(b, SIGTERM);
     int st = lc_wait(&w, 10000);
     char err[4096];
@@ -748,22 +751,11 @@ LB_TEST(lockctl, run_forwards_signals, 40)
      * and its pending acquire is withdrawn */
     const char *lease = lb_must_acquire(c, "sig", 30000);
     lc_proc w = lc_start("--broker", tcp_url(b), "run", "sig", "--", "true", NULL);
-    int64_t deadline = lb_now_ms() + 5000;
-    for (;;) {
-        json_t *in = lb_inspect(c, "sig");
-        if (lb_int(in, "waiters") == 1)
-            break;
-        cr_assert(lb_now_ms() < deadline, "lockctl never queued: %s", lb_dump(in));
-        lb_sleep_ms(20);
-    }
+    wait_waiters(c, "sig", 1);
     cr_assert_eq(kill(w.pid, SIGINT), 0);
     st = lc_wait(&w, 5000);
     cr_assert_eq(st, 128 + SIGINT, "exit %d; stderr: %s", st, slurp(w.err, err, sizeof(err)));
-    deadline = lb_now_ms() + 3000;
-    while (lb_int(lb_inspect(c, "sig"), "waiters") != 0) {
-        cr_assert(lb_now_ms() < deadline, "the waiter stayed queued");
-        lb_sleep_ms(20);
-    }
+    wait_waiters(c, "sig", 0);
     lb_expect_ok(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease));
     lb_end();
 }

@@ -14,6 +14,16 @@ import lockbroker
 from tests.support import LoggingProxy, PrivateBroker, env, free_port, unique, wait_until
 
 
+
+async def ping_until_up(client) -> None:
+    """Pings until the (restarted) broker answers, for up to 5 s."""
+    for _ in range(100):
+        try:
+            await client.ping()
+            return
+        except lockbroker.Disconnected:
+            await asyncio.sleep(0.05)
+
 class DisconnectTests(unittest.TestCase):
     def setUp(self):
         env("LOCKBROKER_BIN")
@@ -128,12 +138,7 @@ class DisconnectTests(unittest.TestCase):
                 with self.assertRaises(lockbroker.Disconnected):
                     await client.ping()
                 self.broker.start()
-                for _ in range(100):
-                    try:
-                        await client.ping()
-                        break
-                    except lockbroker.Disconnected:
-                        await asyncio.sleep(0.05)
+                await ping_until_up(client)
                 async with client.lock(unique("async-after"), wait_ms=0) as again:
                     self.assertTrue(again.held)
             finally:
@@ -156,12 +161,7 @@ class DisconnectTests(unittest.TestCase):
                 self.broker.kill()
                 self.assertEqual(await asyncio.wait_for(lease.wait_lost(), 3), "disconnected")
                 self.broker.start()
-                for _ in range(100):
-                    try:
-                        await client.ping()
-                        break
-                    except lockbroker.Disconnected:
-                        await asyncio.sleep(0.05)
+                await ping_until_up(client)
                 self.assertGreaterEqual(len(proxy.accepts), 2)
                 for what, call in (("release", lease.release),
                                    ("extend", lambda: lease.extend(1000))):
