@@ -415,7 +415,7 @@ class ClientCore:
     def _unregister(self, session: Session, pending: Pending) -> bool:
         """Forgets a request whose caller gave up. Returns True when it was
         answered already (by the reader, or failed by the session's end):
-        its waiter is then woken, or queued to be (client.py)."""
+        its waiter is then woken, or queued in the wake chain (client.py)."""
         with self._mu:
             if session.pending.get(pending.id) is pending:
                 del session.pending[pending.id]
@@ -450,11 +450,12 @@ class ClientCore:
 
     # -- answers and events
 
-    def _route(self, session: Session, msg, woken: list | None = None) -> None:
+    def _route(self, session: Session, msg, woken=None) -> None:
         """Handles one message from the broker (reader side). An answered
-        request whose caller waits is woken (``_wake``) or, given ``woken``,
-        appended to it for the transport to wake once its batch is routed;
-        one whose caller gave up (``abandoned``) is not: nobody waits."""
+        request whose caller waits is woken (``_wake``) or, given ``woken``
+        (the threaded client's wake chain), its waiter is appended to it,
+        under ``_mu``; one whose caller gave up (``abandoned``) is not:
+        nobody waits."""
         if not isinstance(msg, dict):
             log.warning("lockbroker: ignoring a message that is not an object")
             return

@@ -5,9 +5,8 @@ shared by any number of threads. Threads around it:
 
 - the callers: each queues its request line, writes the queue itself unless
   another thread is writing it (``_write``), and sleeps on a lock of its
-  own until its answer is routed and its turn to be woken comes (the
-  reader wakes the first caller a read answered, each woken caller the
-  next: ``_wake_batch``);
+  own until its answer is routed and its turn to be woken comes (the wake
+  chain: see ``_SyncSession.wakeq``);
 - one reader per session: reads lines, routes answers by ``id`` and events
   by lease (``ClientCore._route``), and when the socket ends, fails the
   pending requests and loses the session's leases (``_session_ended``);
@@ -28,10 +27,10 @@ Invariants:
   session is lost (``disconnected``) and never sent on the new one;
 - each thread is its own reentrancy owner unless the client or the call
   names one, so two threads sharing the client exclude each other;
-- a caller whose answer was routed is always woken: every caller woken in
-  turn, or giving up, wakes the next in turn (see ``_wake_batch``), and the
-  writer's part and the next wake are taken so that an exception (a signal
-  handler's) cannot lose them.
+- a caller whose answer was routed is woken in its turn: every woken
+  caller wakes the next queued one, and so does the reader after each read
+  (see ``_SyncSession.wakeq``); the writer's part and the next wake are
+  taken so that an exception (a signal handler's) cannot lose them.
 """
 
 from __future__ import annotations
@@ -180,7 +179,18 @@ class _SyncSession(Session):
         self.outq: collections.deque = collections.deque()  # lines not yet written
         self.outq_mu = threading.Lock()  # guards outq and writing
         self.writing = False  # a thread is writing what outq holds
-        self.wakeq: collections.deque = collections.deque()  # answered waiters to wake, in turn
+        # The wake chain. The reader queues the waiters of the answers it
+        # routes here (``_route``, under ``_mu``, in the same hold that takes
+        # the request off ``pending``) and wakes the first after each read;
+        # each caller, once woken or giving up, wakes the next (``_call``).
+        # Woken all at once, the callers of one read would all fight over
+        # the GIL while only one can run: many context switches for
+        # nothing. A caller that gives up after its answer was routed takes
+        # its waiter out of the queue if it is still there (then nobody
+        # releases it), else it was released and the caller holds a turn,
+        # which it passes on. So every released waiter's caller passes one
+        # wake on, and any read restarts the chain besides.
+        self.wakeq: collections.deque = collections.deque()
         # Takes the next waiter from wakeq and releases it, both inside one
         # call into C: no exception (a signal handler's, in the main thread)
         # can fall between the two and lose the wake, as one could between
@@ -360,20 +370,18 @@ class Client(ClientCore):
             else:
                 answered = self._unregister(session, pending)
             if answered:
-                # The answer came first: our waiter is released, or queued
-                # to be in our turn (maybe only once the reader's batch is
-                # routed). Wait for that turn, so that the wake passed on
-                # below comes after ours: passed on before our waiter was
-                # queued, it could find the queue empty, and the wake our
-                # waiter then absorbs would stop the chain.
-                waiter.acquire()
+                # Routed already: our waiter is still queued in wakeq (take
+                # it out: nobody will release it) or was released (we hold
+                # the turn and pass it on below).
+                try:
+                    session.wakeq.remove(waiter)
+                except ValueError:
+                    pass
             raise
         finally:
-            # Woken, or given up: passes a wake on (see _wake_batch). After
-            # _abandon / _unregister, so that a request routed before them is
-            # one whose caller does pass one on; written out here, as a call
-            # to a Python function could be cut short by an exception before
-            # it passed the wake.
+            # Woken, or given up: passes a wake on (see _SyncSession.wakeq).
+            # Written out here, as a call to a Python function could be cut
+            # short by an exception before it passed the wake.
             if session.wakeq:
                 try:
                     session.wake_next()
@@ -435,23 +443,6 @@ class Client(ClientCore):
 
     def _wake(self, pending) -> None:
         pending.waiter.release()
-
-    def _wake_batch(self, session: _SyncSession, waiters: list) -> None:
-        """Wakes the callers whose answers one read brought, one after the
-        other: the first now, the others queued in ``wakeq``, from which
-        each caller, once woken, wakes one more (``wake_next``). Woken all
-        at once, they would all fight over the GIL (its mutex and condition)
-        while only one of them can run: many context switches for nothing.
-
-        The queue always drains: each caller whose waiter comes here wakes
-        one queued waiter once, after its own waiter was released (a caller
-        that gives up after its answer was routed first waits for its turn;
-        one that gave up before is left out by ``_route``), so while waiters
-        are queued, at least one woken caller has yet to wake one."""
-        if waiters:
-            if len(waiters) > 1:
-                session.wakeq.extend(waiters[1:])
-            waiters[0].release()
 
     def _post(self, fn, *args) -> None:
         self._queue.put((fn, args))
@@ -543,12 +534,15 @@ class Client(ClientCore):
                 if not data:
                     break
                 session.last_recv = time.monotonic()
-                woken: list = []
                 try:
                     for msg in buf.feed(data):
-                        self._route(session, msg, woken)
+                        self._route(session, msg, session.wakeq)
                 finally:
-                    self._wake_batch(session, woken)
+                    if session.wakeq:
+                        try:
+                            session.wake_next()
+                        except IndexError:
+                            pass
         except (OSError, ValueError) as e:
             error = e
         except Exception as e:  # a bug in routing: end the session, loudly

@@ -226,6 +226,75 @@ class LockTests(unittest.TestCase):
         self.assertEqual(sorted(done), list(range(16)))
         self.assertEqual(client.leases(), [])
 
+    def test_interrupted_right_after_the_wake_neither_hangs_nor_stalls_others(self):
+        # An exception (a signal handler's, in the main thread) raised just
+        # after the caller's wait returned: the caller gives up, its answer
+        # having been routed; it must not wait again for a wake it already
+        # had, and the wake chain must go on for the others.
+        from lockbroker import client as client_mod
+
+        real_allocate = client_mod._thread.allocate_lock
+        armed = threading.Event()
+
+        class InterruptedAfterWake:
+            """A waiter lock whose second acquire (the wait for the answer)
+            raises once it returned, while ``armed``."""
+
+            def __init__(self):
+                self._lock = real_allocate()
+                self._n = 0
+
+            def acquire(self, *args, **kwargs):
+                got = self._lock.acquire(*args, **kwargs)
+                self._n += 1
+                if self._n == 2 and armed.is_set():
+                    armed.clear()
+                    raise KeyboardInterrupt("right after the wake")
+                return got
+
+            def release(self):
+                self._lock.release()
+
+        class ThreadShim:
+            LockType = InterruptedAfterWake  # the wake chain's release
+
+            @staticmethod
+            def allocate_lock():
+                return InterruptedAfterWake()
+
+        # Every waiter of this client's sessions is a shim (the session
+        # takes LockType when it is made).
+        real_thread = client_mod._thread
+        client_mod._thread = ThreadShim
+        self.addCleanup(setattr, client_mod, "_thread", real_thread)
+        client = lockbroker.Client(label="py-tests-interrupted")
+        self.addCleanup(client.close)
+        client.ping()
+        result = []
+
+        def call():
+            try:
+                client.ping()
+                result.append("answered")
+            except KeyboardInterrupt:
+                result.append("interrupted")
+
+        armed.set()
+        t = threading.Thread(target=call, daemon=True)
+        t.start()
+        t.join(5)
+        self.assertFalse(t.is_alive(), "the interrupted caller hangs")
+        self.assertEqual(result, ["interrupted"])
+        # the client goes on: sixteen callers at once are all answered
+        answered = []
+        threads = [threading.Thread(target=lambda: answered.append(client.ping()), daemon=True)
+                   for _ in range(16)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(10)
+        self.assertEqual(len(answered), 16)
+
     def test_one_owner_when_told(self):
         name = unique("owner")
         shared = lockbroker.Client(owner="one-owner")
