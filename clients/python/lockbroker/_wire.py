@@ -133,20 +133,31 @@ class LineBuffer:
     after which the stream is unusable.
     """
 
-    __slots__ = ("_parts", "_size")
+    __slots__ = ("_parts", "_size", "_failed")
 
     def __init__(self) -> None:
         self._parts: list = []  # the pieces of the unfinished line, joined once it ends
         self._size = 0
+        self._failed = False  # a line was too long: every later feed fails too
+
+    def _too_long(self):
+        self._failed = True
+        self._parts = []
+        return ValueError("a line from the broker is longer than 64 MiB")
 
     def feed(self, data: bytes) -> list:
-        if b"\n" not in data:
+        if self._failed:
+            raise ValueError("the stream from the broker is unusable (a line was too long)")
+        nl = data.find(b"\n")
+        if nl < 0:
             self._size += len(data)
             if self._size > MAX_INCOMING:
-                raise ValueError("a line from the broker is longer than 64 MiB")
+                raise self._too_long()
             if data:
                 self._parts.append(data)
             return []
+        if self._size + nl > MAX_INCOMING:
+            raise self._too_long()
         if self._parts:
             self._parts.append(data)
             data = b"".join(self._parts)

@@ -136,6 +136,14 @@ class TestFraming(unittest.TestCase):
             self.assertEqual(buf.feed(b"{" + b" " * 60), [])
             with self.assertRaises(ValueError):
                 buf.feed(b" " * 60)
+            # sticky: the rest of the stream is never parsed
+            with self.assertRaises(ValueError):
+                buf.feed(b'"id": 1}\n{"id": 2}\n')
+            # too long even when its end comes in the same read
+            buf = _wire.LineBuffer()
+            self.assertEqual(buf.feed(b"{" + b" " * 60), [])
+            with self.assertRaises(ValueError):
+                buf.feed(b" " * 60 + b'"id": 1}\n')
 
     def test_encode(self):
         line = _wire.encode({"id": 1, "op": "acquire", "lock": "ü"}, 100)
