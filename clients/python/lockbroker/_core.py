@@ -291,6 +291,20 @@ class LeaseBase:
         if st.lost_reason is not None:
             raise LeaseLost(self, st.lost_reason)
 
+    def _leaving(self, exc) -> bool:
+        """On leaving the lease's scope with ``exc`` (or None): True when the
+        level is to be released; False when there is nothing to do (released
+        already, or ``exc`` is this lease's own loss, which then propagates);
+        raises :class:`LeaseLost` when the lease was lost meanwhile."""
+        if self._released:
+            return False
+        st = self._state
+        if st.lost_reason is not None:
+            if isinstance(exc, LeaseLost) and getattr(exc.lease, "_state", None) is st:
+                return False
+            raise LeaseLost(self, st.lost_reason)
+        return True
+
     def _usable(self) -> None:
         self._check_lost()
         if self._released:

@@ -82,14 +82,8 @@ class AsyncLease(LeaseBase):
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:
-        if self._released:
-            return False
-        st = self._state
-        if st.lost_reason is not None:
-            if isinstance(exc, LeaseLost) and getattr(exc.lease, "_state", None) is st:
-                return False
-            raise LeaseLost(self, st.lost_reason)
-        await self.release()
+        if self._leaving(exc):
+            await self.release()
         return False
 
 

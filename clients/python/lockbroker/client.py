@@ -140,14 +140,8 @@ class Lease(LeaseBase):
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if self._released:
-            return False
-        st = self._state
-        if st.lost_reason is not None:
-            if isinstance(exc, LeaseLost) and getattr(exc.lease, "_state", None) is st:
-                return False
-            raise LeaseLost(self, st.lost_reason)
-        self.release()
+        if self._leaving(exc):
+            self.release()
         return False
 
 
