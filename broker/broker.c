@@ -161,22 +161,25 @@ static void on_sighup(uv_signal_t *h, int signum)
 
 /* Redis may have lost data (the canary key, a new run_id on reconnect, a
  * failover): every lease is checked now (those gone are reported lost at
- * once, not at their next renewal) and every waiting lock heartbeats, so
- * waiters Redis forgot are queued again. After a failover the store
- * serves nothing else until the leases are checked (store_loss_checked). */
+ * once, not at their next renewal; count changes Redis missed are
+ * replayed) and every waiting lock heartbeats, so waiters Redis forgot
+ * are queued again. After a failover or a restart the store serves
+ * nothing else until the leases are checked (store_loss_checked). */
 static void on_data_loss(const char *why)
 {
 	LOG(LOG_WARN, "msg=\"redis may have lost data; checking every lease and waiter\" why=\"%s\"", why);
 	bool failover = strcmp(why, STORE_LOSS_FAILOVER) == 0;
+	bool gated = failover || strcmp(why, STORE_LOSS_RESTART) == 0;
 
-	watchdog_verify_all(failover, store_loss_checked);
+	watchdog_verify_all(gated, failover, store_loss_checked);
 	waitq_on_subscribed();
-	if (failover) {
-		/* Releases the new master may have missed: their holders would
-		 * keep the locks, for nobody, until their TTL. */
+	if (gated) {
+		/* Releases the new master (or the restarted Redis) may have
+		 * missed: their holders would keep the locks, for nobody, until
+		 * their TTL. */
 		size_t n = lease_release_recent_again();
 		if (n)
-			LOG(LOG_INFO, "msg=\"recent releases sent again to the new master\" releases=%zu", n);
+			LOG(LOG_INFO, "msg=\"recent releases sent again\" releases=%zu", n);
 	}
 }
 

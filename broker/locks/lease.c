@@ -140,6 +140,14 @@ lease_t *lease_find(const char *token, size_t len)
 	return n ? (lease_t *)((char *)n - offsetof(lease_t, by_token)) : NULL;
 }
 
+void lease_set_count(lease_t *l, int64_t count, int64_t seq)
+{
+	if (seq < l->count_seq)
+		return; /* an older call's answer: the newer one's count stands */
+	l->count = count;
+	l->count_seq = seq;
+}
+
 lease_t *lease_find_held(const struct client *s, const char *lock, size_t lock_len,
                          const char *owner, size_t owner_len)
 {
@@ -261,15 +269,21 @@ static void release_quietly(const char *lock, size_t lock_len, const char *token
 	}
 }
 
+/* Quiet releases go without WAIT (--redis-wait-replicas): what they do
+ * needs no replica (a release a failover loses is sent again to the new
+ * master: lease_release_recent_again), and a WAIT each would hold the
+ * lock's connection for --redis-wait-ms per give-back when replicas lag.
+ * A grant in their reply is confirmed by a WAITed heartbeat before it is
+ * answered (waitq_take_grants). */
 void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until)
 {
 	lease_note_released(lock, lock_len, token, until);
-	release_quietly(lock, lock_len, token, "1", 0, 0, until, false);
+	release_quietly(lock, lock_len, token, "1", 0, 0, until, true);
 }
 
 void lease_undo_reentry_in_redis(lease_t *l, int64_t reentry_seq, uint64_t until)
 {
-	release_quietly(l->lock, l->lock_len, l->token, "u", ++l->opseq, reentry_seq, until, false);
+	release_quietly(l->lock, l->lock_len, l->token, "u", ++l->opseq, reentry_seq, until, true);
 }
 
 static bool ring_match(const htab_node_t *n, const void *key)

@@ -54,6 +54,9 @@ typedef struct lease {
 	int64_t count;  /* reentrancy count */
 	int64_t opseq;      /* the last op seq sent (release, reenter): see
 	                     * lua/lib/prelude.lua */
+	int64_t count_seq;  /* the op seq of the answer count comes from (0:
+	                     * the grant's): the data-loss check replays
+	                     * what Redis missed up to it (lua/verify.lua) */
 	int64_t releasing;  /* releases on their way */
 	int64_t reentering; /* re-entries on their way: count + reentering -
 	                     * releasing is what the lease will be at */
@@ -81,6 +84,10 @@ lease_t *lease_new(struct client *s, const char *token, const char *lock, size_t
                    int64_t ttl_ms, bool watchdog);
 
 lease_t *lease_find(const char *token, size_t len);
+/* Redis answered the count-changing call that carried op seq seq (release,
+ * reenter) with count: the lease's count, unless a later call's answer
+ * came first. */
+void lease_set_count(lease_t *l, int64_t count, int64_t seq);
 lease_t *lease_find_held(const struct client *s, const char *lock, size_t lock_len,
                          const char *owner, size_t owner_len);
 
@@ -101,9 +108,10 @@ typedef void (*lease_grants_fn)(const char *lock, size_t lock_len, const redisRe
                                 size_t from, uint64_t sent_at);
 void lease_set_grants_sink(lease_grants_fn fn);
 
-/* Frees every level of a holder in Redis; the answer is not awaited. A
- * lost reply is sent again until `until` (uv_now ms: when the holder has
- * ended by its TTL anyway); with Redis down until then it ends so. */
+/* Frees every level of a holder in Redis; the answer is not awaited, and
+ * not WAITed for (--redis-wait-replicas: see lease.c). A lost reply is
+ * sent again until `until` (uv_now ms: when the holder has ended by its
+ * TTL anyway); with Redis down until then it ends so. */
 void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until);
 /* Remembers until `until` (uv_now ms: when the lease would have ended by
  * its TTL) that the token's holder was released (a release answered, or

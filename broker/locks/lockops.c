@@ -176,7 +176,7 @@ static void on_release_reply(const redisReply *r, void *priv)
 		if (c->detach)
 			pointer_del(c->token);
 	} else if (l) {
-		l->count = count;
+		lease_set_count(l, count, c->seq);
 	}
 	client_send_released(c->s, c->id, count);
 	grants_then_done(c, r);
@@ -190,7 +190,8 @@ static void release_step(opctx_t *c)
 	lockscript_begin(&ls, c->lock, c->lock_len, LOCK_NKEYS, true);
 	lockscript_arg(&ls, c->token, LEASE_TOKEN_LEN);
 	lockscript_str(&ls, "0");
-	lockscript_int(&ls, l ? ++l->opseq : 0); /* a detached lease has one level */
+	c->seq = l ? ++l->opseq : 0; /* a detached lease has one level */
+	lockscript_int(&ls, c->seq);
 	c->sent_at = timers_now();
 	lockscript_retry_until(&ls, c->sent_at + LB_RESOLVE_MS);
 	if (lockscript_send(&ls, SCRIPT_RELEASE, on_release_reply, c) < 0) {

@@ -25,7 +25,7 @@ typedef struct op_ctx {
 	char *lock; /* owned copy */
 	size_t lock_len;
 	int64_t ttl_ms;
-	int64_t seq; /* the op seq a re-entry carries */
+	int64_t seq; /* the op seq a re-entry or release carries */
 	bool detach;
 } opctx_t;
 

@@ -48,7 +48,7 @@ static void on_reentered(const redisReply *r, void *priv)
 		           "the re-entry was not acknowledged by enough replicas in time; it was taken back");
 		return;
 	}
-	l->count = count;
+	lease_set_count(l, count, c->seq);
 	counters_acquire(LB_OK, timers_now() - c->sent_at);
 	a = (resp_acquired_t){
 		.lease = l->token,

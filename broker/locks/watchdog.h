@@ -28,14 +28,18 @@ void watchdog_confirmed(struct lease *l, uint64_t sent_at, int64_t ms_left, int6
 /* (Re)schedules the lease's tick after a confirmation sent at sent_at. */
 void watchdog_schedule(struct lease *l, uint64_t sent_at);
 /* Redis may have lost data: asks it about every lease of every session at
- * once, pipelined (lua/verify.lua, which changes nothing); a lease it no
- * longer holds is reported lost ("gone") and dropped, and counted as lost
- * to a failover when failover is set. done (NULL: none) runs once every
+ * once, pipelined (lua/verify.lua, which replays the count changes Redis
+ * missed: see there); a lease it no longer holds is reported lost
+ * ("gone") and dropped. gated: the store serves nothing else until done
+ * (after a failover or a restart): verifies are resent on lost
+ * connections, and a lease not vouched for within VERIFY_DEADLINE_MS is
+ * lost ("redis_unavailable"); failover: such losses are counted as lost
+ * to a failover (implies gated). done (NULL: none) runs once every
  * answer of this pass is in (at once when there is no lease). A pass
- * started while one is under way supersedes it: the newer one is a
- * failover pass if either is, and runs the older one's done when it has
- * none of its own. */
-void watchdog_verify_all(bool failover, void (*done)(void));
+ * started while one is under way supersedes it: the newer one is gated
+ * (a failover pass) if either is, and runs the older one's done when it
+ * has none of its own. */
+void watchdog_verify_all(bool gated, bool failover, void (*done)(void));
 /* The timer callbacks of a lease's entries. */
 void watchdog_on_tick(timer_ent_t *t);
 void watchdog_on_max_hold(timer_ent_t *t);

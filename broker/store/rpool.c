@@ -315,7 +315,12 @@ static void check_run_id(rpool_t *pool, const redisReply *reply)
 		LOG(LOG_WARN, "msg=\"redis restarted: its data may be lost\" run_id=%.8s.. was=%.8s..", id,
 		    pool->run_id);
 		memcpy(pool->run_id, id, sizeof(id));
-		pool->loss = "redis restarted"; /* reported when the connection is ready */
+		/* Reported when the connection is ready, and checked before
+		 * anything else goes out, as after a failover: what is resent
+		 * there must not run before the check replays what the
+		 * restarted Redis missed (lua/verify.lua). */
+		pool->loss = STORE_LOSS_RESTART;
+		pool->loss_gates = true;
 		return;
 	}
 	memcpy(pool->run_id, id, sizeof(id));

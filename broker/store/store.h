@@ -68,8 +68,13 @@ typedef void (*store_fn)(const redisReply *reply, void *priv);
  * so the store can write the newest floor into it at every send. */
 #define STORE_FLOOR_DIGITS 20
 
-/* The `why` of on_data_loss after a failover to another master. */
+/* The `why` of on_data_loss after a failover to another master, and after
+ * a reconnect that found another run_id (Redis restarted: empty, or from
+ * an older snapshot). After either, the store serves nothing but the
+ * check of every lease (watchdog_verify_all) until store_loss_checked:
+ * the check replays what Redis missed before any other call runs there. */
 #define STORE_LOSS_FAILOVER "failover"
+#define STORE_LOSS_RESTART "redis restarted"
 
 typedef struct store_events {
 	void (*on_up)(void);                         /* Redis became reachable */

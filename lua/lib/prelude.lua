@@ -353,6 +353,28 @@ local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
   return fence, expiry - C.now_ms, hold_left(C, deadline)
 end
 
+-- Redlock: a lease that a master lost (it restarted empty) is held there
+-- again as the solo holder while the lock is free there (the caller
+-- checked), by a renewal or the data-loss check of the broker that still
+-- holds it on a quorum (extend.lua, verify.lua): for ttl ms (never past
+-- hold ms from now, 0 for none), at its count and op seq, with its fence
+-- (the header's is raised to it, never lowered). Returns {ms, hold_ms} as
+-- extend does.
+local function retake_solo(hd, id, now_ms, ttl, count, seq, fence, owner, client, hold, retention)
+  local expiry, deadline = now_ms + ttl, 0
+  if hold > 0 then
+    deadline = now_ms + hold
+    if deadline < expiry then expiry = deadline end
+  end
+  local last = tonumber(redis.call('HGET', hd, 'f') or '0')
+  if fence < last then fence = last end
+  local z = expiry + 2 * retention
+  redis.call('HSET', hd, 'f', string.format('%.0f', fence), 'o', id, 'x', expiry, 'c', count,
+             'k', 'x', 'l', '0', 'e', deadline, 'w', owner, 'n', client, 'r', seq, 'z', z)
+  redis.call('PEXPIRE', hd, z - now_ms)
+  return {expiry - now_ms, deadline > 0 and deadline - now_ms or 0}
+end
+
 -- A grant for a waiter, in every script's reply: {id, fence, ttl_ms, hold_ms}.
 local GRANT_WIDTH = 4
 
