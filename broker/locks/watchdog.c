@@ -25,20 +25,22 @@ struct renewal {
 	unsigned pass; /* verify: the pass it belongs to */
 };
 
-/* A failover check's verify is resent on lost connections for this long;
+/* A gated check's verify (after a failover or a restart: the store serves
+ * nothing else meanwhile) is resent on lost connections for this long;
  * by VERIFY_DEADLINE_MS every lease not vouched for is lost and the check
  * ends (before the store's own CHECK_TIMEOUT_MS, which opens the pool). */
 #define VERIFY_RESEND_MS 2000
 #define VERIFY_DEADLINE_MS 4500
 
 /* The pass of watchdog_verify_all under way: a newer one supersedes it and
- * inherits its failover rules and done. */
+ * inherits its gated rules and done. */
 static struct {
 	unsigned pass;
 	size_t left; /* answers still to come */
-	bool failover;
+	bool gated;   /* the store waits for it (resends, a deadline) */
+	bool failover; /* its losses count as a failover's (stats) */
 	bool timer_ready;
-	timer_ent_t deadline; /* a failover pass's */
+	timer_ent_t deadline; /* a gated pass's */
 	void (*done)(void);
 } V;
 
@@ -122,6 +124,27 @@ out:
 	free(r);
 }
 
+/* Redlock: what a master that lost the lease (it restarted empty) needs to
+ * hold it again while the lock is free there (lua/lib/prelude.lua's
+ * retake_solo), besides the count and its op seq: the fence, the labels
+ * and the max hold left. Not while a release that may free the lease is on its
+ * way: Redis runs it first, and a retake behind it would hold the lock
+ * again for nobody. */
+static void retake_args(lockscript_t *ls, const lease_t *l, uint64_t now)
+{
+	const client_t *s = l->client;
+
+	lockscript_int(ls, l->fence);
+	lockscript_arg(ls, l->owner, l->owner_len);
+	lockscript_arg(ls, s->label ? s->label : "", s->label ? s->label_len : 0);
+	lockscript_int(ls, l->max_hold_at > now ? (int64_t)(l->max_hold_at - now) : 0);
+}
+
+static bool may_retake(const lease_t *l)
+{
+	return store_redlock() && l->releasing == 0 && l->count > 0;
+}
+
 static void renew(lease_t *l, uint64_t now)
 {
 	struct renewal *r;
@@ -131,6 +154,11 @@ static void renew(lease_t *l, uint64_t now)
 	lockscript_arg(&ls, l->token, LEASE_TOKEN_LEN);
 	lockscript_int(&ls, l->ttl_ms);
 	lockscript_str(&ls, LB_FENCE_RETENTION_STR);
+	if (may_retake(l) && !(l->max_hold_at && now >= l->max_hold_at)) {
+		lockscript_int(&ls, l->count);
+		lockscript_int(&ls, l->count_seq);
+		retake_args(&ls, l, now);
+	}
 	r = xmalloc(sizeof(*r));
 	memcpy(r->token, l->token, sizeof(r->token));
 	r->sent_at = now;
@@ -149,11 +177,12 @@ static void on_verified(const redisReply *reply, void *priv)
 	struct renewal *r = priv;
 	lease_t *l = lease_find(r->token, LEASE_TOKEN_LEN);
 
-	bool failover = r->pass == V.pass && V.failover;
+	bool gated = r->pass == V.pass && V.gated;
+	bool failover = gated && V.failover;
 
 	if (l && l->verify_pass == r->pass)
 		l->verify_pass = 0;
-	else if (failover)
+	else if (gated)
 		l = NULL; /* already lost at the deadline */
 	if (l && !store_reply_failed(reply) && reply->type == REDIS_REPLY_ARRAY &&
 	    reply->elements == 2 && reply->element[0]->type == REDIS_REPLY_INTEGER &&
@@ -166,11 +195,12 @@ static void on_verified(const redisReply *reply, void *priv)
 			watchdog_confirmed(l, r->sent_at, reply->element[0]->integer,
 			                reply->element[1]->integer);
 		}
-	} else if (l && failover) {
+	} else if (l && gated) {
 		/* The new master was not asked after all (the check's
 		 * connection died until it gave up): the lease cannot be
 		 * vouched for, and the pool opens once the check ends. */
-		server.stats.failover_lost_total++;
+		if (failover)
+			server.stats.failover_lost_total++;
 		lease_lost(l, "redis_unavailable");
 	}
 	verify_answered(r->pass);
@@ -188,7 +218,17 @@ static void verify(lease_t *l, void *arg)
 	r->pass = V.pass;
 	lockscript_begin(&ls, l->lock, l->lock_len, LOCK_NKEYS_HOLDER, false);
 	lockscript_arg(&ls, l->token, LEASE_TOKEN_LEN);
-	if (V.failover) /* resent on a lost connection, while the pool waits */
+	/* Redis replays what it missed of the answered count (verify.lua). */
+	lockscript_int(&ls, l->count);
+	lockscript_int(&ls, l->count_seq);
+	if (may_retake(l) && l->expires_at > r->sent_at &&
+	    !(l->max_hold_at && r->sent_at >= l->max_hold_at)) {
+		/* For the life this broker vouches for, no longer. */
+		lockscript_int(&ls, (int64_t)(l->expires_at - r->sent_at));
+		retake_args(&ls, l, r->sent_at);
+		lockscript_str(&ls, LB_FENCE_RETENTION_STR);
+	}
+	if (V.gated) /* resent on a lost connection, while the pool waits */
 		lockscript_retry_until(&ls, r->sent_at + VERIFY_RESEND_MS);
 	if (lockscript_send(&ls, SCRIPT_VERIFY, on_verified, r) < 0) {
 		free(r); /* only when the store closes: with retry_until it waits */
@@ -225,7 +265,8 @@ static void on_verify_deadline(timer_ent_t *t)
 		lease_t *l = lease_find(u.t[k], LEASE_TOKEN_LEN);
 		if (l) {
 			l->verify_pass = 0;
-			server.stats.failover_lost_total++;
+			if (V.failover)
+				server.stats.failover_lost_total++;
 			lease_lost(l, "redis_unavailable");
 		}
 	}
@@ -236,7 +277,7 @@ static void on_verify_deadline(timer_ent_t *t)
 		done();
 }
 
-void watchdog_verify_all(bool failover, void (*done)(void))
+void watchdog_verify_all(bool gated, bool failover, void (*done)(void))
 {
 	size_t n = 0;
 	bool open = V.left > 0;
@@ -246,6 +287,8 @@ void watchdog_verify_all(bool failover, void (*done)(void))
 	 * rules and its done (a store closed for the other's check stays
 	 * closed until this one ends). Redis Cluster: one master's failover
 	 * and another's lost data may overlap. */
+	if (open && V.gated)
+		gated = true;
 	if (open && V.failover)
 		failover = true;
 	if (open && V.done && !done)
@@ -260,6 +303,7 @@ void watchdog_verify_all(bool failover, void (*done)(void))
 	if (V.pass == 0)
 		V.pass++; /* 0 means none in lease_t */
 	V.left = 0;
+	V.gated = gated || failover;
 	V.failover = failover;
 	V.done = NULL;
 	lease_foreach(verify, &n);
@@ -271,7 +315,7 @@ void watchdog_verify_all(bool failover, void (*done)(void))
 	}
 	V.left = n;
 	V.done = done;
-	if (failover)
+	if (V.gated)
 		timer_at(&V.deadline, timers_now() + VERIFY_DEADLINE_MS);
 }
 
@@ -307,8 +351,10 @@ void watchdog_confirmed(lease_t *l, uint64_t sent_at, int64_t ms_left, int64_t h
 
 void watchdog_start(lease_t *l, uint64_t sent_at, int64_t ttl_granted, int64_t hold_ms)
 {
-	timer_init(&l->tick, watchdog_on_tick);
-	timer_init(&l->max_hold, watchdog_on_max_hold);
+	/* News first (timers.h): a broker that wakes from a stall tells its
+	 * holders what expired meanwhile before it answers anything else. */
+	timer_init_news(&l->tick, watchdog_on_tick);
+	timer_init_news(&l->max_hold, watchdog_on_max_hold);
 	watchdog_confirmed(l, sent_at, ttl_granted, hold_ms);
 }
 
