@@ -68,6 +68,7 @@ enum opt_id {
 	OPT_LOG_FORMAT,
 	OPT_METRICS,
 	OPT_SHUTDOWN_GRACE_MS,
+	OPT_CANARY_INTERVAL_MS,
 	OPT_MAX_CONNECTIONS,
 	OPT_MAX_LEASES_PER_SESSION,
 	OPT_MAX_INFLIGHT,
@@ -162,6 +163,11 @@ static const struct option_def options[] = {
 	{"shutdown-grace-ms", OPT_SHUTDOWN_GRACE_MS, T_INT, true, 0, 3600000, "N",
 	 "how long SIGTERM waits for clients to release,\n"
 	 "0..3600000 (default: 5000)"},
+	{"canary-interval-ms", OPT_CANARY_INTERVAL_MS, T_INT, true, 10, 60000, "N",
+	 "how often each Redis master's canary key is\n"
+	 "checked: a data loss (a flush, a restart empty,\n"
+	 "a failover that lost writes) is reported within\n"
+	 "this plus a round trip, 10..60000 (default: 250)"},
 	{"max-connections", OPT_MAX_CONNECTIONS, T_INT, true, 1, 1000000, "N",
 	 "client connections at once, 1..1000000\n"
 	 "(default: 10000)"},
@@ -386,6 +392,7 @@ static int set_int(struct loader *l, const struct option_def *o, int64_t v, cons
 	case OPT_POOL: cfg->pool = (int)v; break;
 	case OPT_MAX_LINE: cfg->max_line = (size_t)v; break;
 	case OPT_SHUTDOWN_GRACE_MS: cfg->shutdown_grace_ms = v; break;
+	case OPT_CANARY_INTERVAL_MS: cfg->canary_interval_ms = v; break;
 	case OPT_MAX_CONNECTIONS: cfg->max_connections = v; break;
 	case OPT_MAX_LEASES_PER_SESSION: cfg->max_leases_per_session = v; break;
 	case OPT_MAX_INFLIGHT: cfg->max_inflight = v; break;
@@ -696,6 +703,7 @@ static void set_defaults(lb_config_t *cfg)
 	cfg->max_line = 65536;
 	cfg->log_level = LOG_INFO;
 	cfg->shutdown_grace_ms = 5000;
+	cfg->canary_interval_ms = 250;
 	cfg->max_connections = 10000;
 	cfg->max_leases_per_session = 10000;
 	cfg->max_inflight = 1024;

@@ -105,6 +105,7 @@ void config_apply_reload(lb_config_t *live, lb_config_t *fresh, char *restart, s
 	live->log_json = fresh->log_json;
 	live->default_ttl_ms = fresh->default_ttl_ms;
 	live->shutdown_grace_ms = fresh->shutdown_grace_ms;
+	live->canary_interval_ms = fresh->canary_interval_ms;
 	live->max_line = fresh->max_line;
 	live->max_connections = fresh->max_connections;
 	live->max_leases_per_session = fresh->max_leases_per_session;

@@ -47,6 +47,10 @@ typedef struct lb_config {
 	bool has_metrics;          /* --metrics given */
 	listen_addr_t metrics;     /* tcp://HOST:PORT serving /metrics */
 	int64_t shutdown_grace_ms; /* 0..3600000, default 5000 */
+	int64_t canary_interval_ms; /* 10..60000, default 250: how often each
+	                             * master's canary key is checked (a data
+	                             * loss is noticed within it plus a round
+	                             * trip); live on SIGHUP */
 
 	/* Bounds that are not flags in DESIGN.md but may be set in the file. */
 	int64_t max_connections;        /* default 10000 */

@@ -1,7 +1,8 @@
 /*
- * canary.c - notices within a second that Redis lost data (see canary.h).
+ * canary.c - notices within --canary-interval-ms that Redis lost data
+ * (see canary.h).
  *
- * Once a second the broker checks its canary key (lua/canary.lua): the
+ * Every interval the broker checks its canary key (lua/canary.lua): the
  * value it wrote last must still be there, and a new one is written. A
  * flush, a restart without persistence or a failover to a replica that
  * missed the last writes shows another value or none. A check whose reply
@@ -9,7 +10,7 @@
  * either, and writes that same value again (a new one would leave three
  * values possible). A check runs only while none is on its way; with Redis
  * down nothing is checked (the run_id compared on reconnect covers a
- * restart).
+ * restart). The first check's answer primes the canary (canary.h).
  */
 #include "broker/store/canary.h"
 
@@ -25,7 +26,6 @@
 #include "broker/store/backend.h"
 #include "broker/store/store.h"
 
-#define CANARY_EVERY_MS 1000
 #define CANARY_TTL_STR "600000" /* ten minutes: a stalled broker is no loss */
 
 struct canary {
@@ -39,8 +39,15 @@ struct canary {
 	uint64_t serial;
 	bool inflight;
 	bool stopped;
+	bool primed;                /* the first check was answered */
+	void (*on_primed)(void);
 	timer_ent_t timer;
 };
+
+static uint64_t interval(void)
+{
+	return (uint64_t)server.cfg->canary_interval_ms;
+}
 
 static void on_checked(const redisReply *r, void *priv)
 {
@@ -63,17 +70,22 @@ static void on_checked(const redisReply *r, void *priv)
 	}
 	memcpy(k->last, k->sent, sizeof(k->last));
 	k->maybe[0] = '\0';
+	if (!k->primed) {
+		k->primed = true;
+		if (k->on_primed)
+			k->on_primed();
+	}
 }
 
-static void check(timer_ent_t *t)
+/* Sends a check unless one is on its way; a master that is down (or
+ * closed for a check after a failover) refuses it: nothing then. */
+static void send_check(canary_t *k)
 {
-	canary_t *k = (canary_t *)((char *)t - offsetof(canary_t, timer));
 	const char *argv[4];
 	size_t argvlen[4];
 	char ttl[] = CANARY_TTL_STR;
 
-	timer_at(&k->timer, timers_now() + CANARY_EVERY_MS);
-	if (k->inflight || !store_up())
+	if (k->inflight || k->stopped)
 		return;
 	if (k->maybe[0])
 		memcpy(k->sent, k->maybe, sizeof(k->sent)); /* the unresolved one again */
@@ -94,6 +106,30 @@ static void check(timer_ent_t *t)
 		k->inflight = true;
 }
 
+static void check(timer_ent_t *t)
+{
+	canary_t *k = (canary_t *)((char *)t - offsetof(canary_t, timer));
+
+	timer_at(&k->timer, timers_now() + interval());
+	send_check(k);
+}
+
+void canary_check_now(canary_t *k)
+{
+	if (k)
+		send_check(k);
+}
+
+void canary_on_primed(canary_t *k, void (*on_primed)(void))
+{
+	k->on_primed = on_primed;
+}
+
+bool canary_primed(const canary_t *k)
+{
+	return k && k->primed;
+}
+
 canary_t *canary_start(const char *key, size_t key_len, void (*on_loss)(const char *why))
 {
 	return canary_start_on(-1, key, key_len, on_loss);
@@ -110,7 +146,8 @@ canary_t *canary_start_on(int master, const char *key, size_t key_len,
 	memcpy(k->key, key, key_len);
 	k->key_len = key_len;
 	timer_init(&k->timer, check);
-	timer_at(&k->timer, timers_now() + CANARY_EVERY_MS);
+	timer_at(&k->timer, timers_now() + interval());
+	send_check(k); /* primes it as soon as its master is up */
 	return k;
 }
 

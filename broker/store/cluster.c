@@ -101,6 +101,7 @@ struct cpool {
 	rpool_t *pool;
 	canary_t *canary;
 	uint16_t canary_slot;
+	bool primed;        /* a canary of it was primed: it serves (canary.h) */
 	bool master;        /* a master of the current map */
 	int slots;          /* slots it serves in the current map */
 	uint64_t redirects; /* MOVED and ASK replies it gave */
@@ -160,6 +161,12 @@ static int pool_index(const char *host, int port)
 	return -1;
 }
 
+/* A master serves once it is up and its canary is primed. */
+static bool serving(const struct cpool *p)
+{
+	return p->master && p->primed && rpool_up(p->pool);
+}
+
 static bool any_master_down(void)
 {
 	for (int k = 0; k < POOLS_MAX; k++) {
@@ -186,9 +193,30 @@ static void watch_down(void)
 		timer_at(&C.down_timer, timers_now() + DOWN_REFRESH_MS);
 }
 
+static bool cluster_up(void);
+
+/* A pool came up: a canary not primed yet is checked now (its master
+ * serves once it is). */
 static void on_pool_up(void)
 {
-	C.E.on_up();
+	for (int k = 0; k < POOLS_MAX; k++) {
+		struct cpool *p = C.pools[k];
+		if (p && p->master && !p->primed && rpool_up(p->pool))
+			canary_check_now(p->canary);
+	}
+	if (cluster_up())
+		C.E.on_up();
+}
+
+static void on_canary_primed(void)
+{
+	for (int k = 0; k < POOLS_MAX; k++) {
+		struct cpool *p = C.pools[k];
+		if (p && p->canary && canary_primed(p->canary))
+			p->primed = true;
+	}
+	if (cluster_up())
+		C.E.on_up();
 }
 
 /* A master may have lost data (or took over): every lease is checked
@@ -322,6 +350,7 @@ static void place_canary(int k)
 		slot = slot_of_key(key, (size_t)n);
 		if (C.owner[slot] == k) {
 			p->canary = canary_start(key, (size_t)n, on_pool_loss);
+			canary_on_primed(p->canary, on_canary_primed);
 			p->canary_slot = slot;
 			return;
 		}
@@ -613,6 +642,12 @@ static int send_call(struct ccall *cc)
 
 	if (k < 0 || !C.pools[k] || C.pools[k]->slots < 0)
 		return -1;
+	/* Nothing but its canary goes to a master before the canary is
+	 * primed (canary.h): a loss there could not be told from it. The
+	 * check of every lease after a failover goes first (the pool lets
+	 * nothing else out, the canary included, until it is done). */
+	if (!C.pools[k]->primed && cc->script != SCRIPT_CANARY && cc->script != SCRIPT_VERIFY)
+		return -1;
 	if (rpool_eval(C.pools[k]->pool, cc->route, cc->script, cc->nkeys, cc->argc,
 	               (const char *const *)cc->argv, cc->lens, on_reply, cc, cc->retry_until, wait,
 	               cc->floor_arg) < 0)
@@ -733,7 +768,7 @@ static bool cluster_up(void)
 {
 	for (int k = 0; k < POOLS_MAX; k++) {
 		struct cpool *p = C.pools[k];
-		if (p && p->master && rpool_up(p->pool))
+		if (p && serving(p))
 			return true;
 	}
 	return false;

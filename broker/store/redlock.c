@@ -299,6 +299,16 @@ static int64_t quorum_hold(int64_t *h, int n, int q)
 	return v == INT64_MAX ? 0 : v;
 }
 
+/* A max-hold left (0: none) as a quorum's clocks may have it: less the
+ * drift, as every life left here is, so the holder is told max_hold
+ * before a master whose clock runs fast frees the lock; at least 1. */
+static int64_t drifted(int64_t hold)
+{
+	if (hold <= 0)
+		return 0;
+	return hold - redlock_drift_ms(hold) > 0 ? hold - redlock_drift_ms(hold) : 1;
+}
+
 static void arm(rl_call_t *c, uint64_t at)
 {
 	c->timer_on = true;
@@ -334,8 +344,7 @@ static void merge_life(rl_call_t *c)
 		int64_t n = kth_largest(count, ok, c->quorum);
 
 		l -= redlock_drift_ms(l);
-		if (h > 0)
-			h = h - redlock_drift_ms(h) > 0 ? h - redlock_drift_ms(h) : 1;
+		h = drifted(h);
 		if (l <= 0)
 			deliver(c, ints(&b, 2, -1, 0, 0, 0));
 		else if (reenter)
@@ -614,7 +623,7 @@ static void win(rl_call_t *c)
 	if (c->fence > server.fence_high)
 		server.fence_high = c->fence;
 	deliver(c, ints(&b, 4, 1, c->fence, (int64_t)(c->ends_at - c->t0),
-	                quorum_hold(hold, nh, c->quorum)));
+	                drifted(quorum_hold(hold, nh, c->quorum))));
 }
 
 static void on_leg(const redisReply *r, void *priv);
@@ -893,7 +902,8 @@ static int rl_send(const char *route, size_t route_len, script_id_t script, int 
 	for (int i = 0; i < c->n; i++) {
 		c->leg[i] = (rl_leg_t){c, i, false};
 		c->st[i] = LEG_PENDING;
-		if (rpool_eval(R.pool[i], rt, script, nkeys, argc, argv, argvlen, on_leg, &c->leg[i],
+		/* A master whose canary is not primed serves nothing yet. */
+		if (canary_primed(R.canary[i]) && rpool_eval(R.pool[i], rt, script, nkeys, argc, argv, argvlen, on_leg, &c->leg[i],
 		               retry_until, RP_NO_WAIT, floor_arg) == 0) {
 			accepted++;
 			c->legs++;
@@ -946,18 +956,28 @@ static void on_wake_subscribed(void *priv)
 	R.E.on_rewatch();
 }
 
+/* Master i serves: up, and its canary primed (canary.h). */
+static bool master_serves(int i)
+{
+	return R.pool[i] && rpool_up(R.pool[i]) && canary_primed(R.canary[i]);
+}
+
 static int masters_up(void)
 {
 	int up = 0;
 
 	for (int i = 0; i < R.n; i++)
-		up += R.pool[i] && rpool_up(R.pool[i]);
+		up += master_serves(i);
 	return up;
 }
 
-/* A master came up: when that makes a quorum, the store is up. */
+/* A master came up (or its canary was primed): when that makes a quorum,
+ * the store is up. A canary not primed yet is checked now. */
 static void on_pool_up(void)
 {
+	for (int i = 0; i < R.n; i++)
+		if (R.pool[i] && rpool_up(R.pool[i]) && !canary_primed(R.canary[i]))
+			canary_check_now(R.canary[i]);
 	if (masters_up() == R.quorum)
 		R.E.on_up();
 }
@@ -993,6 +1013,7 @@ static void redlock_start(uv_loop_t *loop, const lb_config_t *cfg, const store_e
 		R.pool[i] = rpool_new(loop, &cfg->redlock[i], cfg->pool, name, &cb, &inbox);
 		n = snprintf(key, sizeof(key), "%sbroker:{%s}:canary", cfg->prefix, server.id);
 		R.canary[i] = canary_start_on(i, key, (size_t)n, on_pool_loss);
+		canary_on_primed(R.canary[i], on_pool_up);
 	}
 	LOG(LOG_INFO, "msg=\"redlock: %d masters, a quorum of %d\"", R.n, R.quorum);
 }
@@ -1018,7 +1039,9 @@ static void redlock_free(void)
 
 static void redlock_loss_checked(void)
 {
-	/* No master is closed for a check: nothing to open. */
+	/* A master that restarted is closed for the check (rpool.c): open. */
+	for (int i = 0; i < R.n; i++)
+		rpool_check_done(R.pool[i]);
 }
 
 static bool redlock_up(void)
@@ -1079,7 +1102,7 @@ static size_t redlock_masters(store_master_t *out, size_t max)
 			snprintf(m->addr, sizeof(m->addr), "%s", a->path);
 		else
 			snprintf(m->addr, sizeof(m->addr), "%s:%d", a->host, a->port);
-		m->up = R.pool[i] && rpool_up(R.pool[i]);
+		m->up = master_serves(i);
 		m->pending = R.pool[i] ? rpool_pending(R.pool[i]) : 0;
 	}
 	return (size_t)R.n;

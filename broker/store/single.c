@@ -74,6 +74,22 @@ static void on_master(const char *host, int port, bool announced)
 	M.port = port;
 }
 
+/* Serving needs the pool up and the canary primed (canary.h): each waits
+ * for the other. */
+static void on_pool_up(void)
+{
+	if (canary_primed(K))
+		E.on_up();
+	else
+		canary_check_now(K);
+}
+
+static void on_canary_primed(void)
+{
+	if (rpool_up(P))
+		E.on_up();
+}
+
 static void on_inbox_message(const char *msg, size_t len, void *priv)
 {
 	(void)priv;
@@ -110,7 +126,7 @@ static void single_start(uv_loop_t *loop, const lb_config_t *cfg, const store_ev
 	memset(&M, 0, sizeof(M));
 	M.sentinel = cfg->redis.kind == URL_SENTINEL;
 	cb = (rpool_callbacks_t){
-		.on_up = E.on_up,
+		.on_up = on_pool_up,
 		.on_data_loss = on_loss,
 		.on_not_master = M.sentinel ? sentinel_ask : NULL,
 		.on_lost = M.sentinel ? sentinel_ask : NULL,
@@ -123,6 +139,7 @@ static void single_start(uv_loop_t *loop, const lb_config_t *cfg, const store_ev
 		char key[128];
 		int n = snprintf(key, sizeof(key), "%sbroker:{%s}:canary", cfg->prefix, server.id);
 		K = canary_start(key, (size_t)n, on_loss);
+		canary_on_primed(K, on_canary_primed);
 	}
 	if (M.sentinel)
 		sentinel_start(loop, &cfg->redis, on_master);
@@ -150,7 +167,7 @@ static void single_free(void)
 
 static bool single_up(void)
 {
-	return P && rpool_up(P);
+	return P && rpool_up(P) && canary_primed(K);
 }
 
 static size_t single_pending(void)

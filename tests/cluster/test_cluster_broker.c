@@ -380,8 +380,9 @@ CL_TEST(cluster_broker, fifo_across_brokers_on_every_master_without_polling, 120
 	cl_masters(m);
 	for (int i = 0; i < CL_MASTERS; i++)
 		cl_lock_name(i, 0, lock[i], sizeof(lock[i]));
-	br[0] = lb_broker_start_url(cl_seed_url(), NULL);
-	br[1] = lb_broker_start_url(cl_seed_url(), NULL);
+	/* The canaries once a second, as the bound below counts them. */
+	br[0] = lb_broker_start_url(cl_seed_url(), "--canary-interval-ms", "1000", NULL);
+	br[1] = lb_broker_start_url(cl_seed_url(), "--canary-interval-ms", "1000", NULL);
 	h = lb_connect(br[0], LB_TCP);
 	for (int i = 0; i < CL_MASTERS; i++) {
 		/* a long lease without watchdog: the holder causes no renewals */

@@ -152,6 +152,10 @@ RL_TEST(redlock_config, stats_and_metrics_show_the_mode_and_every_master, 40)
 	lb_broker *b = lb_broker_start_redlock(m, 5, "--metrics", url, NULL);
 	lb_client *c = lb_connect(b, LB_TCP);
 
+	/* Ready with a quorum; the others serve once their canaries are
+	 * primed, a round trip later. */
+	for (int i = 0; i < 5; i++)
+		rl_wait_master(c, m[i], true, 5000);
 	json_t *st = lb_stats(c);
 	cr_assert_str_eq(lb_str(st, "redis"), "up", "%s", lb_dump(st));
 	cr_assert_str_eq(lb_str(st, "redis_mode"), "redlock", "%s", lb_dump(st));

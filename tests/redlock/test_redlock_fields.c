@@ -165,6 +165,41 @@ RL_TEST(redlock_fields, max_hold_ends_a_renewed_lease_and_frees_the_lock, 40)
 	lb_end();
 }
 
+/* 2b. The max hold's end allows for the masters' clock drift (issue 26,
+ * point 5): a master whose clock runs fast frees the lock a little before
+ * max_hold_ms on the broker's clock, so the holder hears `lost` (max_hold)
+ * by max_hold_ms less the drift (ttl / 100 + 2 ms, as for every life left
+ * here) counted from the acquire's send. Before the fix it came at about
+ * max_hold_ms - 1 ms. */
+RL_TEST(redlock_fields, max_hold_ends_before_the_drift_allows_a_master_to_free_it, 60)
+{
+	lb_redis *m[3];
+	const char *name = "rl-max-hold-drift";
+	const int hold = 20000, drift = hold / 100 + 2;
+
+	rl_masters_start(m, 3);
+	lb_broker *b = lb_broker_start_redlock(m, 3, NULL);
+	lb_client *c = lb_connect(b, LB_TCP);
+
+	int64_t t0 = lb_now_ms();
+	json_t *g = lb_call(c, "{s:s, s:s, s:i, s:i, s:i}", "op", "acquire", "lock", name,
+	                    "wait_ms", 0, "ttl_ms", 30000, "max_hold_ms", hold);
+	lb_expect_ok(g);
+	cr_assert_leq(lb_int(g, "ttl_ms"), hold - drift, "%s", lb_dump(g));
+	json_t *ev = lb_next_event(c, hold + 5000);
+	int64_t after = lb_now_ms() - t0;
+	cr_assert_not_null(ev, "no lost event");
+	cr_assert_str_eq(lb_str(ev, "reason"), "max_hold", "%s", lb_dump(ev));
+	fprintf(stderr, "redlock_fields: lost (max_hold %d) %lld ms after the acquire was sent\n",
+	        hold, (long long)after);
+	cr_assert_lt(after, hold - drift / 2,
+	             "lost (max_hold) %lld ms after the send: later than the drift allows (%d ms)",
+	             (long long)after, hold - drift);
+	cr_assert_gt(after, hold - 1000, "lost (max_hold) too early: %lld ms", (long long)after);
+	rl_wait_no_holder(m, 3, name, 2000);
+	lb_end();
+}
+
 /* 3. A waiter times out by its wait_ms, another is cancelled; neither's
  * rounds leave anything behind: once the holder releases, no master
  * shows a holder, and the waiter's session holds nothing. */
