@@ -523,6 +523,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
 	session_t *s = from_handle((uv_handle_t *)stream);
 
+	timers_news_first(); /* what expired while the broker stalled, first */
 	if (nread == UV_EOF && s->state == SESSION_OPEN) {
 		uv_read_stop(stream);
 		s->reading = false;

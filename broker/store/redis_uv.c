@@ -21,6 +21,7 @@
 
 #include "broker/base/log.h"
 #include "broker/base/shared.h"
+#include "broker/base/timers.h"
 
 typedef struct redis_uv {
 	redisAsyncContext *ac; /* NULL once hiredis let go of it */
@@ -37,6 +38,9 @@ static void on_poll(uv_poll_t *h, int status, int events)
 {
 	redis_uv_t *p = h->data;
 
+	/* What expired while the broker stalled is told before any reply read
+	 * now answers a client (timers.h). */
+	timers_news_first();
 	if (status < 0) {
 		/* libuv stopped the poll; let hiredis find the socket error. When
 		 * connecting, the write path checks SO_ERROR; otherwise a read

@@ -5,7 +5,12 @@
  */
 #include "tests/integration/harness.h"
 
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
 
 static void expect_lost(lb_client *c, const char *lease, const char *lock, const char *reason,
                         int64_t t0, int64_t min_ms, int64_t max_ms)
@@ -321,5 +326,61 @@ LB_TEST(fence, increases_across_broker_restart, 60)
     lb_expect_ok(a2);
     cr_assert(lb_int(a2, "fence") > f1, "fence %lld after restart, was %lld",
               (long long)lb_int(a2, "fence"), (long long)f1);
+    lb_end();
+}
+
+/* Freezes process pid the way a paused VM or a long swap-in does, not as
+ * SIGSTOP does: a stop and continue makes epoll_wait return EINTR, so
+ * libuv runs the timers that came due before it reads the sockets, while
+ * a ptrace stop restarts epoll_wait on resume, which returns the sockets
+ * that became readable meanwhile first. */
+static void freeze(pid_t pid)
+{
+    int st;
+
+    cr_assert_eq(ptrace(PTRACE_SEIZE, pid, NULL, NULL), 0, "ptrace seize: %s", strerror(errno));
+    cr_assert_eq(ptrace(PTRACE_INTERRUPT, pid, NULL, NULL), 0);
+    cr_assert_eq(waitpid(pid, &st, __WALL), pid);
+    cr_assert(WIFSTOPPED(st), "not stopped: %d", st);
+}
+
+static void thaw(pid_t pid)
+{
+    cr_assert_eq(ptrace(PTRACE_DETACH, pid, NULL, NULL), 0, "ptrace detach: %s", strerror(errno));
+}
+
+/* A broker frozen for longer than a lease's TTL (freeze; issue 26, point
+ * 9): Redis let the lease go meanwhile. On waking the broker first tells
+ * the holder `lost`, then answers what the holder sent while it slept:
+ * `leases` no longer lists the lease, and a release of it is not_held.
+ * Before the fix both answers came first, `leases` listing a lease Redis
+ * had given up. */
+LB_TEST(leases, a_broker_woken_from_a_stall_tells_what_expired_first, 40)
+{
+    lb_redis *r = lb_redis_start(false);
+    lb_broker *b = lb_broker_start(r, NULL);
+    lb_client *c = lb_connect(b, LB_TCP);
+    const char *lease = lb_must_acquire(c, "stalled", 1000);
+    char line[160];
+
+    freeze(lb_broker_pid(b));
+    lb_sleep_ms(2500);
+    cr_assert(lb_send_line(c, "{\"id\":\"ls\",\"op\":\"leases\"}"));
+    snprintf(line, sizeof(line), "{\"id\":\"rel\",\"op\":\"release\",\"lease\":\"%s\"}", lease);
+    cr_assert(lb_send_line(c, line));
+    lb_sleep_ms(100);
+    thaw(lb_broker_pid(b));
+
+    json_t *first = lb_read_msg(c, 5000);
+    cr_assert_not_null(first, "nothing after the broker woke");
+    cr_assert_str_eq(lb_str(first, "event"), "lost", "the answer came before the news: %s",
+                     lb_dump(first));
+    cr_assert_str_eq(lb_str(first, "lease"), lease);
+    json_t *ls = lb_read_msg(c, 5000), *rel = lb_read_msg(c, 5000);
+    cr_assert_not_null(rel);
+    cr_assert_str_eq(lb_str(ls, "id"), "ls", "%s", lb_dump(ls));
+    cr_assert_eq(json_array_size(lb_get(ls, "leases")), 0, "%s", lb_dump(ls));
+    cr_assert_str_eq(lb_str(rel, "id"), "rel", "%s", lb_dump(rel));
+    lb_expect_err(rel, "not_held");
     lb_end();
 }
