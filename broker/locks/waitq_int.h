@@ -110,6 +110,9 @@ struct waiter {
 	uint64_t pointer_at; /* when that pointer was sent */
 	bool prestep;        /* its first pointer is on its way (session presteps) */
 	bool granted;        /* answered with a grant (it holds the lock) */
+	bool confirming;     /* granted by a reply no replica acknowledged: its
+	                      * lock's next heartbeat lists it, WAITed, to
+	                      * confirm the grant (waitq_take_grants) */
 	bool rl_token_new;   /* Redlock: its token is new, no round sent with it yet */
 	timer_ent_t deadline;
 	uint64_t sent_at;

@@ -336,6 +336,12 @@ static void acquire_reply(const redisReply *r, waiter_t *w)
 	}
 	if (status == 0 && w->wait && w->end == WEND_NONE) {
 		uint64_t now = timers_now();
+		if (w->confirming) {
+			/* A grant of it waits for confirmation: the next heartbeat
+			 * lists it now that its acquire is in. */
+			w->wl->refreshed_at = 0;
+			wq_wlock_arm(w->wl, now);
+		}
 		wq_wlock_arm(w->wl, now + (a > 0 && a < LOCK_SAFETY_NET_MS ? (uint64_t)a + 1 : LOCK_SAFETY_NET_MS));
 		wq_answer_tries_behind(w);
 		return;
@@ -606,6 +612,18 @@ void waitq_take_grants(const char *lock, size_t lock_len, const redisReply *r, s
 			continue; /* answered already; its own reply frees it */
 		if (w->state == W_WITHDRAWING)
 			continue; /* its withdraw, sent later, gives it back */
+		if (!store_replicated() && !w->confirming && w->end == WEND_NONE &&
+		    client_open(w->s) && (w->state == W_QUEUED || w->state == W_SENDING)) {
+			/* Granted by a call whose writes no replica acknowledged
+			 * (a quiet release goes without WAIT: lease.c): the lock's
+			 * next heartbeat, WAITed, lists w and reports the grant
+			 * again; answered then, or given back if that one is not
+			 * acknowledged either (grant_to). */
+			w->confirming = true;
+			w->wl->refreshed_at = 0;
+			wq_wlock_arm(w->wl, timers_now());
+			continue;
+		}
 		grant_to(w, r->element[k + 1]->integer, r->element[k + 2]->integer,
 		         r->element[k + 3]->integer, sent_at);
 	}
