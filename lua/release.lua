@@ -2,8 +2,10 @@
 -- removed and whoever now fits in the queue is granted or woken.
 -- KEYS: all seven. ARGV: the context, then id, all ('1': drop every level,
 -- as when a session ends; 'u': undo the re-entry whose op seq is undo, only
--- if it ran and nothing after it did, and never the last level), seq (the
--- op seq, see the prelude; 0: none), undo (with 'u').
+-- if it ran and nothing after it did, and never the last level; 'G' and
+-- 'g' as '1' and '0', and when the holder is gone afterwards (or was
+-- already) its id is never granted again: see tombstone in the prelude),
+-- seq (the op seq, see the prelude; 0: none), undo (with 'u').
 -- Returns {count left (0 = freed), grants...}, or {-1} when the id holds
 -- nothing. A repeat of a call that ran (same seq) returns the count left
 -- and changes nothing.
@@ -11,7 +13,7 @@
 -- The fast path: id is the live solo holder (nobody waits: 3 Redis calls),
 -- or another id is (so the model is empty and id holds nothing).
 local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'c', 'r', 'v')
-if hv[1] then
+if hv[1] and ARGV[8] ~= 'g' and ARGV[8] ~= 'G' then
   if hv[1] ~= ARGV[7] then return {-1} end
   local t = redis.call('TIME')
   if tonumber(hv[2]) > t[1] * 1000 + math.floor(t[2] / 1000) then
@@ -39,7 +41,8 @@ end
 --@prelude
 local K = keys_of(KEYS)
 local C, a = context_of(ARGV)
-local id, all, seq = ARGV[a], ARGV[a + 1] == '1', tonumber(ARGV[a + 2]) or 0
+local id, seq = ARGV[a], tonumber(ARGV[a + 2]) or 0
+local all, grave = ARGV[a + 1] == '1' or ARGV[a + 1] == 'G', ARGV[a + 1] == 'g' or ARGV[a + 1] == 'G'
 local undo = ARGV[a + 1] == 'u' and (tonumber(ARGV[a + 3]) or -1) or nil
 
 unsolo(K, C)
@@ -47,7 +50,10 @@ purge(K.h, K.i, C.now_ms)
 purge_waiters(K, C.now_ms)
 
 local info = holder_get(K.h, K.i, id)
-if not info then return finish(K, C, {-1}, promote(K, C)) end
+if not info then
+  if grave then tombstone(K, C, id) end
+  return finish(K, C, {-1}, promote(K, C))
+end
 if seq > 0 and seq <= (info[8] or 0) then return finish(K, C, {info[2]}, {}) end
 if undo and (info[2] < 2 or (info[8] or 0) ~= undo) then return finish(K, C, {info[2]}, {}) end
 if info[2] > 1 and not all then
@@ -58,5 +64,6 @@ if info[2] > 1 and not all then
 end
 redis.call('ZREM', K.h, id)
 redis.call('HDEL', K.i, id)
+if grave then tombstone(K, C, id) end
 redlock_wake(K, C)
 return finish(K, C, {0}, promote(K, C))

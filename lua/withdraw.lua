@@ -1,7 +1,9 @@
 -- withdraw.lua: a waiter gives up (timeout, cancel, its session ended, the
 -- broker stops). If it was granted meanwhile, the grant is given back.
 -- Either way whoever now fits is woken.
--- KEYS: all seven. ARGV: the context, then id.
+-- KEYS: all seven. ARGV: the context, then id, then 'g' when a copy of
+-- its acquire may still be on its way (a reply was lost): id is never
+-- granted again (see tombstone in the prelude).
 -- Returns {1} when id held the lock (now released), else {0}; grants for
 -- the calling broker follow (GRANT_WIDTH values each, see the prelude).
 local K = keys_of(KEYS)
@@ -23,4 +25,5 @@ elseif redis.call('ZSCORE', K.q, id) then
   dequeue(K, id, wi and wi[1])
   if not wi then recount_xw(K) end
 end
+if ARGV[a + 1] == 'g' then tombstone(K, C, id) end
 return finish(K, C, {status}, promote(K, C))

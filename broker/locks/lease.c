@@ -241,7 +241,8 @@ static void on_released_quietly(const redisReply *reply, void *priv)
 	free(q);
 }
 
-/* all: "1" every level, "0" one, "u" the re-entry with op seq undo.
+/* all: "1" every level, "0" one, "u" the re-entry with op seq undo; "G"
+ * every level and the id never granted again (lua/release.lua).
  * unwaited: see lockscript_unwaited. */
 static void release_quietly(const char *lock, size_t lock_len, const char *token, const char *all,
                             int64_t seq, int64_t undo, uint64_t until, bool unwaited)
@@ -275,10 +276,11 @@ static void release_quietly(const char *lock, size_t lock_len, const char *token
  * lock's connection for --redis-wait-ms per give-back when replicas lag.
  * A grant in their reply is confirmed by a WAITed heartbeat before it is
  * answered (waitq_take_grants). */
-void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until)
+void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until,
+                            bool grave)
 {
 	lease_note_released(lock, lock_len, token, until);
-	release_quietly(lock, lock_len, token, "1", 0, 0, until, true);
+	release_quietly(lock, lock_len, token, grave ? "G" : "1", 0, 0, until, true);
 }
 
 void lease_undo_reentry_in_redis(lease_t *l, int64_t reentry_seq, uint64_t until)
@@ -355,7 +357,7 @@ void lease_lost(lease_t *l, const char *reason)
 	ring_add(&lost, l->token);
 	if (strcmp(reason, "gone") != 0)
 		lease_release_in_redis(l->lock, l->lock_len, l->token,
-		                       l->expires_at + LEASE_RELEASE_SLACK_MS);
+		                       l->expires_at + LEASE_RELEASE_SLACK_MS, l->uncertain);
 	lease_free(l);
 }
 
@@ -367,7 +369,8 @@ void lease_drop(lease_t *l)
 
 void lease_release_now(lease_t *l)
 {
-	lease_release_in_redis(l->lock, l->lock_len, l->token, l->expires_at + LEASE_RELEASE_SLACK_MS);
+	lease_release_in_redis(l->lock, l->lock_len, l->token, l->expires_at + LEASE_RELEASE_SLACK_MS,
+	                       l->uncertain);
 	lease_drop(l);
 }
 

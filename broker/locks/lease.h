@@ -62,6 +62,9 @@ typedef struct lease {
 	                     * releasing is what the lease will be at */
 	bool watchdog;
 	bool renewing; /* a renewal is in flight */
+	bool uncertain; /* a reply of its acquire was lost: a copy may still
+	                 * run late, so its end is marked in Redis (the
+	                 * prelude's tombstone) and the id never granted again */
 	unsigned verify_pass; /* watchdog_verify_all's pass it awaits, or 0 */
 
 	struct client *client;
@@ -112,7 +115,10 @@ void lease_set_grants_sink(lease_grants_fn fn);
  * not WAITed for (--redis-wait-replicas: see lease.c). A lost reply is
  * sent again until `until` (uv_now ms: when the holder has ended by its
  * TTL anyway); with Redis down until then it ends so. */
-void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until);
+/* grave: the holder's acquire may still run late (a reply of it was
+ * lost): its id is never granted again (lua/release.lua's 'G'). */
+void lease_release_in_redis(const char *lock, size_t lock_len, const char *token, uint64_t until,
+                            bool grave);
 /* Remembers until `until` (uv_now ms: when the lease would have ended by
  * its TTL) that the token's holder was released (a release answered, or
  * sent by lease_release_in_redis). */

@@ -189,7 +189,9 @@ static void release_step(opctx_t *c)
 
 	lockscript_begin(&ls, c->lock, c->lock_len, LOCK_NKEYS, true);
 	lockscript_arg(&ls, c->token, LEASE_TOKEN_LEN);
-	lockscript_str(&ls, "0");
+	/* "g": the lease's acquire may still run late; once freed, its id is
+	 * never granted again (lua/release.lua). */
+	lockscript_str(&ls, l && l->uncertain ? "g" : "0");
 	c->seq = l ? ++l->opseq : 0; /* a detached lease has one level */
 	lockscript_int(&ls, c->seq);
 	c->sent_at = timers_now();

@@ -110,6 +110,8 @@ struct waiter {
 	uint64_t pointer_at; /* when that pointer was sent */
 	bool prestep;        /* its first pointer is on its way (session presteps) */
 	bool granted;        /* answered with a grant (it holds the lock) */
+	bool uncertain;      /* a reply of its acquire was lost: a copy may run
+	                      * late; its end makes its id never granted again */
 	bool confirming;     /* granted by a reply no replica acknowledged: its
 	                      * lock's next heartbeat lists it, WAITed, to
 	                      * confirm the grant (waitq_take_grants) */

@@ -31,6 +31,7 @@ struct pointer_refresh {
 	uint64_t created_at;
 	uint64_t ends_at; /* when the grant ends by its TTL */
 	resp_acquired_t ans;
+	bool grave; /* the waiter's acquire may still run late (uncertain) */
 	char token[LEASE_TOKEN_LEN + 1];
 	size_t len;
 	char lock[];
@@ -44,7 +45,7 @@ static void on_pointer_refreshed(const redisReply *r, void *priv)
 	p->ans.lock = (lb_str_t){p->lock, p->len};
 	if (store_reply_failed(r) || !client_open(p->s)) {
 		/* Not usable by its token, or nobody to take it: given back. */
-		lease_release_in_redis(p->lock, p->len, p->token, p->ends_at);
+		lease_release_in_redis(p->lock, p->len, p->token, p->ends_at, p->grave);
 		server.stats.released_total++;
 		counters_acquire(LB_E_UNAVAILABLE, timers_now() - p->created_at);
 		client_send_error(p->s, p->id, LB_E_UNAVAILABLE,
@@ -71,6 +72,7 @@ static bool refresh_pointer_then_answer(waiter_t *w, const resp_acquired_t *ans)
 	p->created_at = w->created_at;
 	p->ends_at = timers_now() + (uint64_t)ans->ttl_ms + LEASE_RELEASE_SLACK_MS;
 	p->ans = *ans;
+	p->grave = w->uncertain;
 	memcpy(p->token, w->id, sizeof(p->token));
 	p->len = w->wl->len;
 	memcpy(p->lock, w->wl->name, w->wl->len);
@@ -106,7 +108,8 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 	if (w->end != WEND_NONE || !client_open(s)) {
 		/* Nobody takes it any more: give it back at once. */
 		lease_release_in_redis(w->wl->name, w->wl->len, w->id,
-		                       sent_at + (uint64_t)ttl_granted + LEASE_RELEASE_SLACK_MS);
+		                       sent_at + (uint64_t)ttl_granted + LEASE_RELEASE_SLACK_MS,
+		                       w->uncertain);
 		server.stats.released_total++;
 		wq_answer_end(w);
 		wq_finish_failed(w);
@@ -116,7 +119,8 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 		/* WAIT did not find it on --redis-wait-replicas replicas in
 		 * time: a failover could lose it, so it is not handed out. */
 		lease_release_in_redis(w->wl->name, w->wl->len, w->id,
-		                       sent_at + (uint64_t)ttl_granted + LEASE_RELEASE_SLACK_MS);
+		                       sent_at + (uint64_t)ttl_granted + LEASE_RELEASE_SLACK_MS,
+		                       w->uncertain);
 		server.stats.released_total++;
 		wq_answer_error(w, LB_E_UNAVAILABLE,
 		                "the grant was not acknowledged by enough replicas in time; it was given back");
@@ -126,6 +130,7 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 	if (!w->detach) {
 		l = lease_new(s, w->id, w->wl->name, w->wl->len, w->owner, w->owner_len, w->mode, fence,
 		              w->ttl_ms, w->watchdog);
+		l->uncertain = w->uncertain;
 		watchdog_start(l, sent_at, ttl_granted, hold_ms);
 	} else {
 		lease_note_detached_grant(w->id); /* in no table: see waitq_take_grants */
@@ -186,6 +191,8 @@ void wq_send_withdraw(waiter_t *w)
 
 	lockscript_begin(&ls, w->wl->name, w->wl->len, LOCK_NKEYS, true);
 	lockscript_arg(&ls, w->id, LEASE_TOKEN_LEN);
+	if (w->uncertain)
+		lockscript_str(&ls, "g"); /* never granted again (lua/withdraw.lua) */
 	w->sent_at = timers_now();
 	w->state = W_WITHDRAWING;
 	if (lockscript_send(&ls, SCRIPT_WITHDRAW, on_withdrawn, w) < 0) {
@@ -228,6 +235,8 @@ void wq_withdraw_quietly(const waiter_t *w)
 	memcpy(q->lock, w->wl->name, w->wl->len);
 	lockscript_begin(&ls, w->wl->name, w->wl->len, LOCK_NKEYS, true);
 	lockscript_arg(&ls, w->id, LEASE_TOKEN_LEN);
+	/* A copy of its acquire may run after this: never granted again. */
+	lockscript_str(&ls, "g");
 	lockscript_retry_until(&ls, q->sent_at + (uint64_t)w->ttl_ms + LOCK_HEARTBEAT_MS +
 	                                LEASE_RELEASE_SLACK_MS);
 	if (lockscript_send(&ls, SCRIPT_WITHDRAW, on_withdrawn_quietly, q) < 0)
@@ -254,6 +263,8 @@ static void acquire_reply(const redisReply *r, waiter_t *w)
 	client_op_end(w->s); /* the waiter's own reference keeps s alive */
 	REQUIRE(w->wl->acq_inflight > 0);
 	w->wl->acq_inflight--;
+	if (!r || store_replayed())
+		w->uncertain = true; /* a copy of its acquire may still run late */
 	/* w stays in its wlock until below */
 	if (store_reply_failed(r))
 		unhold_all(w->wl);
@@ -271,7 +282,8 @@ static void acquire_reply(const redisReply *r, waiter_t *w)
 			                  w->sent_at);
 			if (status == 1 && !w->granted && !lease_find(w->id, LEASE_TOKEN_LEN))
 				lease_release_in_redis(w->wl->name, w->wl->len, w->id,
-				                       w->sent_at + (uint64_t)w->ttl_ms + LEASE_RELEASE_SLACK_MS);
+				                       w->sent_at + (uint64_t)w->ttl_ms + LEASE_RELEASE_SLACK_MS,
+				                       true);
 		}
 		wq_waiter_free(w);
 		return;
@@ -604,8 +616,11 @@ void waitq_take_grants(const char *lock, size_t lock_len, const redisReply *r, s
 			memcpy(token, id->str, LEASE_TOKEN_LEN);
 			token[LEASE_TOKEN_LEN] = '\0';
 			int64_t ttl = r->element[k + 2]->integer;
+			/* Its acquire's reply never reached this broker (else a
+			 * waiter would wait for it here): a copy may run late. */
 			lease_release_in_redis(lock, lock_len, token,
-			                       sent_at + (uint64_t)(ttl > 0 ? ttl : 0) + LEASE_RELEASE_SLACK_MS);
+			                       sent_at + (uint64_t)(ttl > 0 ? ttl : 0) + LEASE_RELEASE_SLACK_MS,
+			                       true);
 			continue;
 		}
 		if (w->state == W_DONE)

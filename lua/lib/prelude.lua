@@ -21,6 +21,12 @@
 --                            more skips its PEXPIRE. Fast paths set it with
 --                            the lifetime they set; every other script that
 --                            sets the header's lifetime deletes it first.
+--                         g:ID  (for up to GRAVES ids) a time (ms) until
+--                            which ID, an id that ended (released or
+--                            given back) while a copy of its acquire may
+--                            still be on its way (its reply was lost),
+--                            is never granted again; gl lists those ids
+--                            (see tombstone)
 --                         o, x, c, k, l, e, w, n, r  the solo holder:
 --                            id, expiry ms, count, mode, limit, max-hold
 --                            deadline ms or 0, owner, client, op seq;
@@ -373,6 +379,31 @@ local function retake_solo(hd, id, now_ms, ttl, count, seq, fence, owner, client
              'k', 'x', 'l', '0', 'e', deadline, 'w', owner, 'n', client, 'r', seq, 'z', z)
   redis.call('PEXPIRE', hd, z - now_ms)
   return {expiry - now_ms, deadline > 0 and deadline - now_ms or 0}
+end
+
+-- An id that ends while a copy of its acquire may still be on its way (a
+-- reply of it was lost: the broker asks for this) must never be granted
+-- again: that copy, run late on a stalled connection, would hold the lock
+-- for nobody until its TTL. acquire.lua refuses an id with a mark
+-- 'g:'..id in the header for retention ms. At most GRAVES marks are kept
+-- (the oldest go first; 'gl' lists them), and the header lives at least
+-- as long as the newest.
+local GRAVES = 16
+local function tombstone(K, C, id)
+  local until_ms = C.now_ms + C.retention
+  local list = redis.call('HGET', K.hd, 'gl')
+  local keep = {}
+  if list then
+    for old in string.gmatch(list, '%S+') do
+      if old ~= id then keep[#keep + 1] = old end
+    end
+  end
+  while #keep >= GRAVES do
+    redis.call('HDEL', K.hd, 'g:' .. table.remove(keep, 1))
+  end
+  keep[#keep + 1] = id
+  redis.call('HSET', K.hd, 'g:' .. id, until_ms, 'gl', table.concat(keep, ' '))
+  if redis.call('PTTL', K.hd) < C.retention then redis.call('PEXPIRE', K.hd, C.retention) end
 end
 
 -- A grant for a waiter, in every script's reply: {id, fence, ttl_ms, hold_ms}.
