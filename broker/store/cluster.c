@@ -78,6 +78,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "broker/base/htab.h"
 #include "broker/base/log.h"
 #include "broker/base/shared.h"
 #include "broker/base/timers.h"
@@ -119,6 +120,7 @@ struct ccall {
 	int redirects;
 	int ask;              /* pool to send to once with ASKING, or -1 */
 	int sent_to;          /* pool it was last sent to */
+	int flying;           /* pool it is on its way to now (a flight), or -1 */
 	uint32_t backoff_ms;
 	bool replayed;        /* a copy went out whose fate is unknown */
 	bool in_later;        /* in C.later */
@@ -143,11 +145,95 @@ static struct {
 	char channel[128];         /* this broker's inbox channel */
 	struct ccall *later;       /* calls waiting to go (again), oldest first */
 	size_t nlater;
+	htab_t flights;            /* struct flight by route */
 	timer_ent_t down_timer;    /* asks for the map while a master is down */
 } C;
 
 static int send_call(struct ccall *cc);
 static void pools_reap(bool all);
+static void release_parked(uint32_t route);
+
+/* ---- calls on their way, per route -----------------------------------------
+ *
+ * A route's (a lock's) calls go to the master of its slot. While some are
+ * on their way to one master, a call of the route sent for the first time
+ * does not go to another (the map moved on meanwhile): it would pass them
+ * there, since they come back with MOVED or ASK, or are sent again when
+ * their pool closed, and go second. It waits, parked, until the route's
+ * calls on their way all go where it goes (settled). A call sent again
+ * (redirected, resent) goes at once: it is older than any call of its
+ * route that waits. A route's calls are on at most two masters at a time
+ * but for a burst of moves (other: the rest, counted together). */
+struct flight {
+	htab_node_t node;
+	uint32_t route;
+	int pool[2];
+	unsigned n[2];
+	unsigned other;
+};
+
+static bool flight_match(const htab_node_t *n, const void *key)
+{
+	return ((const struct flight *)(const void *)n)->route == *(const uint32_t *)key;
+}
+
+static struct flight *flight_find(uint32_t route)
+{
+	return C.flights.count ? (struct flight *)(void *)htab_find(&C.flights, route, flight_match, &route)
+	                       : NULL;
+}
+
+static void flight_add(struct ccall *cc, int k)
+{
+	struct flight *f = flight_find(cc->route);
+
+	if (!f) {
+		f = xcalloc(1, sizeof(*f));
+		f->route = cc->route;
+		htab_insert(&C.flights, &f->node, cc->route);
+	}
+	for (int s = 0; s < 2; s++) {
+		if (f->n[s] > 0 && f->pool[s] != k)
+			continue;
+		f->pool[s] = k;
+		f->n[s]++;
+		cc->flying = k;
+		return;
+	}
+	f->other++;
+	cc->flying = k;
+}
+
+/* cc is answered (or came back to be sent again). */
+static void flight_remove(struct ccall *cc)
+{
+	struct flight *f = cc->flying >= 0 ? flight_find(cc->route) : NULL;
+	int k = cc->flying;
+
+	cc->flying = -1;
+	if (!f)
+		return;
+	if (f->n[0] > 0 && f->pool[0] == k)
+		f->n[0]--;
+	else if (f->n[1] > 0 && f->pool[1] == k)
+		f->n[1]--;
+	else if (f->other > 0)
+		f->other--;
+	if (f->n[0] + f->n[1] + f->other == 0) {
+		htab_remove(&C.flights, &f->node);
+		free(f);
+	}
+}
+
+/* True when a first send of route to pool k would pass a call of the
+ * route on its way elsewhere. */
+static bool flight_elsewhere(uint32_t route, int k)
+{
+	const struct flight *f = flight_find(route);
+
+	return f && (f->other > 0 || (f->n[0] > 0 && f->pool[0] != k) ||
+	             (f->n[1] > 0 && f->pool[1] != k));
+}
 
 /* ---- pools --------------------------------------------------------------- */
 
@@ -512,21 +598,28 @@ static bool retry_later(struct ccall *cc)
 	return arm(cc);
 }
 
-/* The calls parked behind a call of route that left the list: they go, in
- * order, until one of them cannot (it then waits on its own backoff). */
+/* The calls of route parked in the list (behind a call of the route that
+ * left it, or behind its calls on their way elsewhere: see flight): they
+ * go, in order, until one of them cannot (it then waits on its own
+ * backoff, or stays parked while the route's calls are still on their way
+ * elsewhere). */
 static void release_parked(uint32_t route)
 {
 	struct ccall *k = C.later;
 
 	while (k) {
 		struct ccall *next = k->next;
+		int rc;
 		if (k->route != route) {
 			k = next;
 			continue;
 		}
 		if (!k->parked)
 			return; /* waits on its own timer: the ones behind stay parked */
-		if (send_call(k) == 0) {
+		rc = send_call(k);
+		if (rc == -2)
+			return; /* still behind its route's calls elsewhere */
+		if (rc == 0) {
 			later_remove(k);
 			k->in_later = false;
 		} else if (!arm(k)) {
@@ -548,6 +641,10 @@ static void on_later(timer_ent_t *t)
 
 	int rc = send_call(cc);
 
+	if (rc == -2) {
+		cc->parked = true; /* released when its route's calls are settled */
+		return;
+	}
 	if (rc < 0 && arm(cc))
 		return; /* still no master takes it: later again */
 	/* Sent, or out of budget: it leaves the list, and what waited
@@ -569,9 +666,23 @@ static bool error_is(const redisReply *r, const char *code)
 	       (r->len == n || r->str[n] == ' ');
 }
 
+static void reply_to(struct ccall *cc, const redisReply *reply);
+
+/* A reply of cc's: handled, then its route's calls parked behind its
+ * flight may go (they come after whatever cc did: sent on, or answered). */
 static void on_reply(const redisReply *reply, void *priv)
 {
 	struct ccall *cc = priv;
+	uint32_t route = cc->route;
+
+	flight_remove(cc);
+	reply_to(cc, reply);
+	if (!C.closing && C.nlater > 0)
+		release_parked(route);
+}
+
+static void reply_to(struct ccall *cc, const redisReply *reply)
+{
 	struct cpool *from = cc->sent_to >= 0 ? C.pools[cc->sent_to] : NULL;
 	cluster_redirect_t rd;
 
@@ -630,7 +741,8 @@ static void on_reply(const redisReply *reply, void *priv)
 }
 
 /* Sends cc to the master of its slot (or once, after ASK, to the node
- * named). 0: on its way; -1: no master of its slot takes it now. */
+ * named). 0: on its way; -1: no master of its slot takes it now; -2: it
+ * waits for its route's calls on their way elsewhere (see flight). */
 static int send_call(struct ccall *cc)
 {
 	int k, wait;
@@ -648,12 +760,15 @@ static int send_call(struct ccall *cc)
 	 * nothing else out, the canary included, until it is done). */
 	if (!C.pools[k]->primed && cc->script != SCRIPT_CANARY && cc->script != SCRIPT_VERIFY)
 		return -1;
+	if (cc->sent_to < 0 && flight_elsewhere(cc->route, k))
+		return -2; /* behind its route's calls on their way elsewhere */
 	if (rpool_eval(C.pools[k]->pool, cc->route, cc->script, cc->nkeys, cc->argc,
 	               (const char *const *)cc->argv, cc->lens, on_reply, cc, cc->retry_until, wait,
 	               cc->floor_arg) < 0)
 		return -1; /* an ASK stays for the next try */
 	cc->ask = -1;
 	cc->sent_to = k;
+	flight_add(cc, k);
 	return 0;
 }
 
@@ -665,6 +780,7 @@ static int cluster_eval(const char *route, size_t route_len, script_id_t script,
 	struct ccall *cc;
 	char *p;
 	uint64_t now = timers_now();
+	int rc;
 
 	if (C.closing || argc < 1 || nkeys < 1)
 		return -1;
@@ -694,6 +810,7 @@ static int cluster_eval(const char *route, size_t route_len, script_id_t script,
 	cc->route = rpool_route(route, route_len);
 	cc->ask = -1;
 	cc->sent_to = -1;
+	cc->flying = -1;
 	cc->backoff_ms = BACKOFF_FIRST_MS;
 	timer_init(&cc->later, on_later);
 	if (C.nlater > 0 && later_has_route(cc->route)) {
@@ -703,8 +820,17 @@ static int cluster_eval(const char *route, size_t route_len, script_id_t script,
 		cc->parked = true;
 		return 0;
 	}
-	if (send_call(cc) == 0)
+	rc = send_call(cc);
+	if (rc == 0)
 		return 0;
+	if (rc == -2) {
+		/* Its lock's calls on their way to a master the map no longer
+		 * names for it go first (see flight). */
+		later_append(cc);
+		cc->in_later = true;
+		cc->parked = true;
+		return 0;
+	}
 	if (retry_until > now && retry_later(cc))
 		return 0; /* no master for its slot yet: the map is coming */
 	free(cc);
@@ -753,6 +879,8 @@ static void cluster_close(void)
 static void cluster_free(void)
 {
 	pools_reap(true);
+	FAILS_ASSERT(C.flights.count == 0); /* each goes with its last call */
+	htab_free(&C.flights);
 }
 
 static void cluster_loss_checked(void)

@@ -755,6 +755,8 @@ void rpool_free(rpool_t *pool)
 {
 	if (!pool)
 		return;
+	FAILS_ASSERT(pool->pins.count == 0); /* each goes with its last command */
+	htab_free(&pool->pins);
 	free(pool->channel);
 	free(pool->name);
 	free(pool);

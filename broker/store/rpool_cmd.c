@@ -19,12 +19,18 @@
  * leaves the command's fate unknown. A command sent with retry_until is
  * idempotent (every lock script takes a repeat as a repeat): it is sent
  * again, on whichever connection serves its route, until it is answered or
- * retry_until passes; only then does its callback see NULL. A command sent
- * again pins its route to the connection it went out on until it is
- * answered, so a later command of the route (the lock's next op) does not
- * pass it on the route's own connection once that one is back; on a
- * connection that was reloading, it keeps its place among the commands
- * kept there.
+ * retry_until passes; only then does its callback see NULL. Commands that
+ * wait for a connection wait in the order of their requests (their seq),
+ * whatever order their connections failed them in.
+ *
+ * Order across connections: a route's commands go on the connection the
+ * route picks. One sent elsewhere (its own connection is down: a
+ * fallback) or sent again pins its route to the connection it went out
+ * on until it is answered (struct pin, rpool_int.h), so a later command
+ * of the route (the lock's next op) does not pass it on the route's own
+ * connection once that one is back; on a connection that was reloading,
+ * it keeps its place among the commands kept there. A pin whose
+ * connection is lost moves with its commands, which are sent again first.
  */
 #include "broker/store/redis_uv.h"
 #include "broker/store/rpool.h"
@@ -108,28 +114,42 @@ uint32_t rpool_route(const char *name, size_t len)
 	return htab_hash(HTAB_HASH_INIT, name, len);
 }
 
-static struct pin *pin_find(rpool_t *pool, uint32_t route)
+static bool pin_match(const htab_node_t *n, const void *key)
 {
-	for (int k = 0; k < pool->npins; k++)
-		if (pool->pins[k].route == route)
-			return &pool->pins[k];
-	return NULL;
+	return ((const struct pin *)(const void *)n)->route == *(const uint32_t *)key;
 }
 
-/* cmd, sent again on c, pins its route to c until it is answered. */
+static struct pin *pin_find(rpool_t *pool, uint32_t route)
+{
+	return (struct pin *)(void *)htab_find(&pool->pins, route, pin_match, &route);
+}
+
+/* The connection a route picks when nothing pins it. */
+static int own_conn(const rpool_t *pool, uint32_t route)
+{
+	return (int)(route % (uint32_t)pool->n);
+}
+
+/* cmd went out on c: off its route's own connection (a fallback), or sent
+ * again, it pins the route to c until it is answered, so that a later
+ * command of the route cannot pass it on another connection (the route's
+ * own one, back meanwhile). A pin whose connection was lost moves to c:
+ * its commands there are being sent again. */
 static void pin(rcmd_t *cmd, const rconn_t *c)
 {
 	rpool_t *pool = cmd->pool;
-	struct pin *p = pin_find(pool, cmd->route);
+	struct pin *p = pool->pins.count ? pin_find(pool, cmd->route) : NULL;
 
-	if (!p && pool->npins < MAX_PINS) {
-		p = &pool->pins[pool->npins++];
-		*p = (struct pin){cmd->route, c->idx, 0};
+	if (!p && !cmd->replayed && c->idx == own_conn(pool, cmd->route))
+		return; /* on its own connection, where later ones go too */
+	if (!p) {
+		p = xcalloc(1, sizeof(*p));
+		p->route = cmd->route;
+		htab_insert(&pool->pins, &p->node, cmd->route);
 	}
-	if (p && p->conn == c->idx) {
-		p->count++;
-		cmd->pinned = true;
-	}
+	p->conn = c->idx;
+	p->count++;
+	cmd->pinned = true;
 }
 
 static void unpin(rcmd_t *cmd)
@@ -138,14 +158,16 @@ static void unpin(rcmd_t *cmd)
 	struct pin *p = cmd->pinned ? pin_find(pool, cmd->route) : NULL;
 
 	cmd->pinned = false;
-	if (p && --p->count == 0)
-		*p = pool->pins[--pool->npins];
+	if (p && --p->count == 0) {
+		htab_remove(&pool->pins, &p->node);
+		free(p);
+	}
 }
 
 /* check: a command of the check after a failover, which passes the gate. */
 static rconn_t *pick(rpool_t *pool, uint32_t route, bool check)
 {
-	struct pin *p = pool->npins ? pin_find(pool, route) : NULL;
+	struct pin *p = pool->pins.count ? pin_find(pool, route) : NULL;
 
 	if (pool->checking && !pool->in_check_cb && !check)
 		return NULL; /* closed for the check after a failover */
@@ -157,6 +179,27 @@ static rconn_t *pick(rpool_t *pool, uint32_t route, bool check)
 			return c;
 	}
 	return NULL;
+}
+
+/* Waiting commands (lost replies to send again) in the order of their
+ * requests, whatever order their connections failed them in. */
+static void wait_for_conn(rpool_t *pool, rcmd_t *cmd)
+{
+	cmdlist_t *l = &pool->waiting;
+	rcmd_t *prev = NULL;
+
+	if (!l->tail || l->tail->seq < cmd->seq) {
+		rp_list_push(l, cmd); /* the usual case: the newest */
+	} else {
+		for (rcmd_t *k = l->head; k && k->seq < cmd->seq; k = k->next)
+			prev = k;
+		cmd->next = prev ? prev->next : l->head;
+		if (prev)
+			prev->next = cmd;
+		else
+			l->head = cmd;
+	}
+	timer_at(&cmd->give_up, cmd->retry_until);
 }
 
 /* ---- commands ------------------------------------------------------------- */
@@ -309,8 +352,7 @@ void rp_dispatch(rcmd_t *cmd)
 		return;
 	}
 	if (!pool->closing && cmd->retry_until > timers_now()) {
-		rp_list_push(&pool->waiting, cmd);
-		timer_at(&cmd->give_up, cmd->retry_until);
+		wait_for_conn(pool, cmd);
 		return;
 	}
 	rp_deliver(cmd, NULL);
@@ -377,8 +419,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 		}
 		if (cmd->retry_until > timers_now() && !pool->closing) {
 			unpin(cmd);
-			rp_list_push(&pool->waiting, cmd);
-			timer_at(&cmd->give_up, cmd->retry_until);
+			wait_for_conn(pool, cmd);
 			return;
 		}
 		rp_deliver(cmd, reply);
@@ -460,6 +501,7 @@ int rpool_eval(rpool_t *pool, uint32_t route, script_id_t script, int nkeys, int
 	cmd = xmalloc(sizeof(*cmd) + total);
 	cmd->pool = pool;
 	cmd->next = NULL;
+	cmd->seq = ++pool->seqs;
 	timer_init(&cmd->give_up, on_give_up);
 	cmd->retry_until = retry_until;
 	cmd->route = route;
@@ -494,12 +536,12 @@ int rpool_eval(rpool_t *pool, uint32_t route, script_id_t script, int nkeys, int
 	*p = '\0'; /* hiredis looks for the command name with strchr */
 	if (c && conn_send(c, cmd) == 0) {
 		pool->pending++;
+		pin(cmd, c); /* on a fallback connection: see pin */
 		return 0;
 	}
 	if (retry_until > timers_now()) {
 		pool->pending++;
-		rp_list_push(&pool->waiting, cmd);
-		timer_at(&cmd->give_up, retry_until);
+		wait_for_conn(pool, cmd);
 		return 0;
 	}
 	free(cmd);

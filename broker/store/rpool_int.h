@@ -13,6 +13,7 @@
 #include <hiredis/async.h>
 #include <uv.h>
 
+#include "broker/base/htab.h"
 #include "broker/base/timers.h"
 #include "broker/base/url.h"
 #include "broker/store/scripts.h"
@@ -30,7 +31,6 @@
 #define CLOSE_TIMEOUT_MS 2000
 #define RUN_ID_LEN 40
 #define MAX_ADDRS 8 /* addresses of a resolved host tried in turn */
-#define MAX_PINS 64 /* routes pinned at once (more: not pinned) */
 
 /* How long the pool stays closed for a data-loss check after a failover
  * when the check never says it is done (its calls time out before). */
@@ -94,6 +94,8 @@ struct rcmd {
 	uint64_t sent_ns;     /* uv_hrtime at the last send: round-trip metric */
 	uint64_t retry_until; /* 0: a lost reply is reported at once */
 	uint32_t route;
+	uint64_t seq;         /* the pool's count of commands when it was made:
+	                       * the order of the requests (waiting list) */
 	script_id_t script;
 	bool reloaded;        /* sent again after NOSCRIPT already */
 	bool replayed;        /* sent again after a lost reply */
@@ -160,12 +162,21 @@ struct rpool_state {
 	uint64_t cmd_timeout_ms; /* COMMAND_TIMEOUT_MS, plus wait_ms */
 	char wait_cmd[64];       /* WAIT N T in RESP */
 	size_t wait_cmd_len;
-	struct pin {
-		uint32_t route;
-		int conn;       /* index into conns */
-		unsigned count; /* commands sent again on it, not yet answered */
-	} pins[MAX_PINS];
-	int npins;
+	/* Routes pinned to a connection other than their own (rpool_cmd.c),
+	 * by route: struct pin, malloc'd, freed with its last command. */
+	htab_t pins;
+	uint64_t seqs; /* the last command seq handed out */
+};
+
+/* A route whose commands are on a connection that is not the one the
+ * route picks (a fallback, or one they were sent again on): later
+ * commands of the route go there too until every one of them is
+ * answered. */
+struct pin {
+	htab_node_t node;
+	uint32_t route;
+	int conn;       /* index into conns */
+	unsigned count; /* its commands not yet answered */
 };
 
 
