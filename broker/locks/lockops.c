@@ -216,7 +216,8 @@ static void on_extend_reply(const redisReply *r, void *priv)
 		/* The master has it, too few replicas do: a failover could undo
 		 * it, so the lease keeps the end it had here. */
 		opctx_fail(c, LB_E_UNAVAILABLE,
-		           "the extension was not acknowledged by enough replicas in time");
+		           "the extension was not acknowledged by enough replicas in time "
+		           "(or was made by a master a failover demoted)");
 		return;
 	}
 	opctx_reply_int(r, 1, &hold);

@@ -45,7 +45,8 @@ static void on_reentered(const redisReply *r, void *priv)
 		 * back; the holder keeps the levels it had. */
 		lease_undo_reentry_in_redis(l, c->seq, timers_now() + LB_RESOLVE_MS);
 		opctx_fail(c, LB_E_UNAVAILABLE,
-		           "the re-entry was not acknowledged by enough replicas in time; it was taken back");
+		           "the re-entry was not acknowledged by enough replicas in time "
+		           "(or was made by a master a failover demoted); it was taken back");
 		return;
 	}
 	lease_set_count(l, count, c->seq);

@@ -123,7 +123,8 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 		                       w->uncertain);
 		server.stats.released_total++;
 		wq_answer_error(w, LB_E_UNAVAILABLE,
-		                "the grant was not acknowledged by enough replicas in time; it was given back");
+		                "the grant was not acknowledged by enough replicas in time "
+		                "(or was made by a master a failover demoted); it was given back");
 		wq_finish_failed(w);
 		return;
 	}

@@ -184,7 +184,9 @@ static void on_verified(const redisReply *reply, void *priv)
 		l->verify_pass = 0;
 	else if (gated)
 		l = NULL; /* already lost at the deadline */
-	if (l && !store_reply_failed(reply) && reply->type == REDIS_REPLY_ARRAY &&
+	/* A master that left the map (Redis Cluster) vouches for nothing:
+	 * taken as no answer (store_replicated). */
+	if (l && !store_reply_failed(reply) && store_replicated() && reply->type == REDIS_REPLY_ARRAY &&
 	    reply->elements == 2 && reply->element[0]->type == REDIS_REPLY_INTEGER &&
 	    reply->element[1]->type == REDIS_REPLY_INTEGER) {
 		if (reply->element[0]->integer < 0) {

@@ -17,6 +17,10 @@ typedef struct store_backend {
 	bool (*up)(void);
 	size_t (*pending)(void);
 	bool (*replayed)(void);
+	/* NULL: rpool_replicated(). Else store_replicated for the delivery
+	 * under way (Redis Cluster: false for a reply from a master that left
+	 * the map). */
+	bool (*replicated)(void);
 	/* A script whose keys are argv[0..nkeys-1]; route (a lock's name, or
 	 * the hash tag of a key that is no lock's) keeps the calls of one
 	 * route in order. wait: RP_WAIT, RP_NO_WAIT or RP_UNACKED (rpool.h). */

@@ -141,6 +141,7 @@ static struct {
 	bool have_map;
 	bool closing;
 	bool replayed;             /* the delivery under way (cluster_replayed) */
+	bool retired_reply;        /* ... comes from a master that left the map */
 	char name[64];             /* CLIENT SETNAME prefix */
 	char channel[128];         /* this broker's inbox channel */
 	struct ccall *later;       /* calls waiting to go (again), oldest first */
@@ -565,11 +566,18 @@ static void give_up(struct ccall *cc, const redisReply *reply)
 
 static void finish(struct ccall *cc, const redisReply *reply)
 {
-	bool was = C.replayed;
+	bool was = C.replayed, was_retired = C.retired_reply;
+	const struct cpool *from = cc->sent_to >= 0 ? C.pools[cc->sent_to] : NULL;
 
 	C.replayed = cc->replayed || rpool_replayed();
+	/* From a master that left the map (a failover demoted it) after the
+	 * call went out: what it did there is not where the slot is served
+	 * now. The locks layer takes it as unacknowledged (store_replicated):
+	 * a grant is given back, a renewal is no renewal. */
+	C.retired_reply = reply && from && from->slots < 0;
 	cc->fn(reply, cc->priv);
 	C.replayed = was;
+	C.retired_reply = was_retired;
 	free(cc);
 }
 
@@ -918,6 +926,11 @@ static bool cluster_replayed(void)
 	return C.replayed || rpool_replayed();
 }
 
+static bool cluster_replicated(void)
+{
+	return rpool_replicated() && !C.retired_reply;
+}
+
 static size_t cluster_masters(store_master_t *out, size_t max)
 {
 	bool seen[POOLS_MAX] = {false};
@@ -951,6 +964,7 @@ const store_backend_t store_cluster_backend = {
 	.up = cluster_up,
 	.pending = cluster_pending,
 	.replayed = cluster_replayed,
+	.replicated = cluster_replicated,
 	.eval = cluster_eval,
 	.masters = cluster_masters,
 };

@@ -74,7 +74,7 @@ bool store_redlock(void)
 
 bool store_replicated(void)
 {
-	return rpool_replicated();
+	return B && B->replicated ? B->replicated() : rpool_replicated();
 }
 
 size_t store_masters(store_master_t *out, size_t max)

@@ -117,7 +117,10 @@ bool store_redlock(void);
 /* False while a callback runs for a lock's call whose writes
  * --redis-wait-replicas replicas did not acknowledge within
  * --redis-wait-ms (WAIT behind it on its connection): the call ran on the
- * master, and a failover may lose what it did. True otherwise, and always
+ * master, and a failover may lose what it did. Redis Cluster: false too
+ * for a reply from a master that left the slot map meanwhile (a failover
+ * demoted it; its pool waits for its last replies): what it did there is
+ * not on the master that serves the slot now. True otherwise, and always
  * without the flag. */
 bool store_replicated(void);
 

@@ -79,3 +79,68 @@ CL_TEST(cluster_order, a_release_redirected_by_a_move_keeps_its_place, 90)
 	lb_release(o, lb_str(t, "lease"));
 	lb_end();
 }
+
+/* A grant from a master a failover demoted (issue 26, point 2): the
+ * master sleeps (DEBUG SLEEP, shorter than the node timeout) with a try on
+ * it; its replica takes over meanwhile (CLUSTER FAILOVER TAKEOVER) and the
+ * broker learns the new map (another lock's MOVED asks for it), retiring
+ * the old master's pool, which waits for its last replies; the old master
+ * wakes and runs the try before it hears of the takeover. That grant is
+ * not on the new master: before the fix the broker answered it granted,
+ * and another client was granted the lock on the new master at once (two
+ * holders). Now it is given back and answered unavailable. */
+CL_TEST(cluster_order, a_grant_from_a_demoted_master_is_given_back, 120)
+{
+	int m[CL_MASTERS];
+	char lock[32], other[32];
+
+	cl_masters(m);
+	int old = m[2], rep = cl_replica_of(m[2]);
+	cl_lock_name(2, 0, lock, sizeof(lock));
+	cl_lock_name(0, 0, other, sizeof(other));
+	lb_broker *b = lb_broker_start_url(cl_seed_url(), "--canary-interval-ms", "60000", NULL);
+	lb_client *c = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_UNIX);
+	lb_release(c, lb_must_acquire(c, lock, 30000)); /* the pool to old is up */
+	/* A slot of m[0] moves, so a try there brings a MOVED (and the map). */
+	cl_move_slot(cl_slot_of(other), m[1]);
+
+	redisContext *z = redisConnect("127.0.0.1", old);
+	int done = 0;
+	cr_assert(z && !z->err);
+	redisAppendCommand(z, "DEBUG SLEEP 0.9");
+	while (!done)
+		cr_assert_eq(redisBufferWrite(z, &done), REDIS_OK);
+	lb_sleep_ms(50);
+	json_t *id = lb_acq_send(c, lock, LB_AO(.wait_ms = 0, .ttl_ms = 30000)); /* to old, asleep */
+	lb_sleep_ms(50);
+	redisReply *r = cl_node_cmd(rep, "CLUSTER FAILOVER TAKEOVER");
+	cr_assert_eq(r->type, REDIS_REPLY_STATUS, "TAKEOVER: %s", r->str ? r->str : "?");
+	for (int64_t end = lb_now_ms() + 500; strcmp(cl_node_role(rep), "master") != 0;) {
+		cr_assert_lt(lb_now_ms(), end, "the replica did not take over");
+		lb_sleep_ms(5);
+	}
+	lb_sleep_ms(50); /* the others heard of it */
+	json_t *t = lb_try_acquire(o, other, 30000); /* its MOVED: the new map */
+	lb_expect_ok(t);
+
+	json_t *g = lb_wait_response(c, id, 10000);
+	redisReply *slept = NULL;
+	cr_assert_eq(redisGetReply(z, (void **)&slept), REDIS_OK);
+	freeReplyObject(slept);
+	redisFree(z);
+	fprintf(stderr, "cluster_order: the try the demoted master ran: %s\n", lb_dump(g));
+	json_t *g2 = NULL;
+	for (int64_t end = lb_now_ms() + 5000;;) {
+		g2 = lb_try_acquire(o, lock, 30000);
+		if (!lb_is_err(g2, "unavailable"))
+			break; /* the new master checked its leases first */
+		cr_assert_lt(lb_now_ms(), end, "the new master never served: %s", lb_dump(g2));
+		lb_sleep_ms(50);
+	}
+	cr_assert(!(lb_is_ok(g) && lb_is_ok(g2)), "two holders: %s and %s", lb_dump(g), lb_dump(g2));
+	lb_expect_err(g, "unavailable");
+	lb_expect_ok(g2);
+	lb_release(o, lb_str(t, "lease"));
+	lb_release(o, lb_str(g2, "lease"));
+	lb_end();
+}
