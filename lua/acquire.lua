@@ -131,14 +131,19 @@ else
 end
 local nheld, xheld = count_holders(list)
 nheld, xheld = nheld + ngranted, xheld or xgranted
+-- A waiter of this id dropped for its heartbeat deadline: its place (see
+-- PLACES in the prelude).
+local place = not queued and tonumber(redis.call('HGET', K.s, 'a:' .. id))
 local may = fits(mode, limit, nheld, xheld)
 if may and fair then
   local head = queue[1]
   if ngranted + ngone > 0 then head = redis.call('ZRANGE', K.q, 0, 0)[1] end
-  may = head == nil or head == id
+  may = head == nil or head == id or
+        (place and place < tonumber(redis.call('ZSCORE', K.q, head))) or false
 elseif may and mode == 's' then
   may = tonumber(redis.call('HGET', K.s, 'xw') or '0') <= 0
 end
+if place then mark_del(K.s, 'a:', 'al', id) end
 if may then
   if queued then dequeue(K, id, mode) end
   local fence, t, hold = grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
@@ -157,7 +162,7 @@ if not queued then
   -- The queue keys are created anew (this script may have emptied them):
   -- :s may have outlived them, with a 'qz' they never got.
   if nqueued == 0 then redis.call('HDEL', K.s, 'qz') end
-  redis.call('ZADD', K.q, redis.call('HINCRBY', K.s, 'seq', 1), id)
+  redis.call('ZADD', K.q, place or redis.call('HINCRBY', K.s, 'seq', 1), id)
   info_set(K.w, id, {mode, limit, ttl, owner, client, max_hold, C.broker})
   if mode == 'x' then redis.call('HINCRBY', K.s, 'xw', 1) end
 end

@@ -563,6 +563,11 @@ void wq_waiter_send_now(waiter_t *w)
 		 * resent by its lock's heartbeat instead. */
 		if (!w->wait)
 			lockscript_retry_until(&ls, w->sent_at + TRY_RESOLVE_MS);
+		else /* worth waiting for (a slot on the move) while it waits */
+			lockscript_deadline(&ls, timer_active(&w->deadline) &&
+			                                 w->deadline.node.deadline < w->sent_at + LOCK_HEARTBEAT_MS
+			                             ? w->deadline.node.deadline
+			                             : w->sent_at + LOCK_HEARTBEAT_MS);
 		rc = lockscript_send(&ls, SCRIPT_ACQUIRE, on_acquire_reply, w);
 		if (rc == 0) {
 			w->wl->acq_inflight++;

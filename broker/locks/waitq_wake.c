@@ -161,6 +161,8 @@ static void send_heartbeat(wlock_t *wl, const char *const *ids, size_t n, uint64
 	lockscript_begin(&ls, wl->name, wl->len, LOCK_NKEYS, true);
 	for (size_t k = 0; k < n; k++)
 		lockscript_arg(&ls, ids[k], LEASE_TOKEN_LEN);
+	/* Worth waiting for (a slot on the move) until the waiters' deadline. */
+	lockscript_deadline(&ls, now + LOCK_HEARTBEAT_MS);
 	hb = xmalloc(sizeof(*hb) + wl->len);
 	hb->sent_at = now;
 	hb->serial = wl->serial;

@@ -159,6 +159,8 @@ static void renew(lease_t *l, uint64_t now)
 		lockscript_int(&ls, l->count_seq);
 		retake_args(&ls, l, now);
 	}
+	/* Worth waiting for (a slot on the move) until the lease ends here. */
+	lockscript_deadline(&ls, l->expires_at);
 	r = xmalloc(sizeof(*r));
 	memcpy(r->token, l->token, sizeof(r->token));
 	r->sent_at = now;
@@ -232,6 +234,7 @@ static void verify(lease_t *l, void *arg)
 	}
 	if (V.gated) /* resent on a lost connection, while the pool waits */
 		lockscript_retry_until(&ls, r->sent_at + VERIFY_RESEND_MS);
+	lockscript_deadline(&ls, V.gated ? r->sent_at + VERIFY_DEADLINE_MS : l->expires_at);
 	if (lockscript_send(&ls, SCRIPT_VERIFY, on_verified, r) < 0) {
 		free(r); /* only when the store closes: with retry_until it waits */
 		return;

@@ -23,10 +23,11 @@ typedef struct store_backend {
 	bool (*replicated)(void);
 	/* A script whose keys are argv[0..nkeys-1]; route (a lock's name, or
 	 * the hash tag of a key that is no lock's) keeps the calls of one
-	 * route in order. wait: RP_WAIT, RP_NO_WAIT or RP_UNACKED (rpool.h). */
+	 * route in order. wait: RP_WAIT, RP_NO_WAIT or RP_UNACKED (rpool.h);
+	 * deadline: store_eval_lock's. */
 	int (*eval)(const char *route, size_t route_len, script_id_t script, int nkeys, int argc,
 	            const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
-	            uint64_t retry_until, int wait, int floor_arg);
+	            uint64_t retry_until, uint64_t deadline, int wait, int floor_arg);
 	/* Redlock: a script on master i alone (its canary); NULL elsewhere. */
 	int (*eval_master)(int master, const char *route, size_t route_len, script_id_t script,
 	                   int nkeys, int argc, const char *const *argv, const size_t *argvlen,

@@ -16,21 +16,22 @@
  *   TRYAGAIN, CLUSTERDOWN
  *             (keys of the slot half moved; no quorum) the call goes again
  *             after a backoff;
- * all within the call's budget (its retry_until, and at least
- * REDIRECT_BUDGET_MS: each of these replies says the script did not run,
- * so a call that may not be repeated may still go again; the first
- * FAST_REDIRECTS redirects at once, the rest after a backoff, at most
- * MAX_REDIRECTS); then its caller hears the error (unavailable). Redis 7
- * runs no lock script on a slot while it moves (a lock's keys never all
- * exist: ASK or TRYAGAIN on the source, TRYAGAIN on the target), so a
- * move that outlasts the budget fails the calls on that slot.
+ * all within the call's budget: the latest of its deadline (store.h: how
+ * long the call is worth waiting for), its retry_until, and
+ * REDIRECT_BUDGET_MS (each of these replies says the script did not run,
+ * so a call that may not be repeated may still go again); the first
+ * FAST_REDIRECTS redirects at once, the rest after a backoff; then its
+ * caller hears the error (unavailable). No count of tries ends a call
+ * before its budget: a release resent until its lease has ended waits
+ * through a slot move of any length. Redis 7 runs no lock script on a
+ * slot while it moves (a lock's keys never all exist: ASK or TRYAGAIN on
+ * the source, TRYAGAIN on the target), so a move that outlasts a call's
+ * budget fails it.
  * A call that must wait (a backoff, no master for its slot yet) waits in
  * one list, and a later call of the same lock waits behind it, so the
- * calls of a lock leave in their order. Not kept: the order of a call in
- * flight on the old master and a later one sent to the new master after
- * the map changed (the first comes back with MOVED and goes second); the
- * lock scripts take that as they take a client's own race (a withdraw
- * that finds no waiter, a waiter then dropped by its heartbeat deadline).
+ * calls of a lock leave in their order; a lock's first call to a master
+ * waits, too, while calls of the lock are on their way to another (see
+ * flight).
  * A call whose pool was closed while its reply was unknown (its master
  * left the map: a failover) goes to the slot's new master while its
  * retry_until lasts, and its callback hears store_replayed().
@@ -89,7 +90,6 @@
 #include "broker/store/slot.h"
 
 #define POOLS_MAX (CLUSTER_MASTERS_MAX * 2)
-#define MAX_REDIRECTS 32 /* a bound on loops; the budget is what stops a call */
 #define FAST_REDIRECTS 4 /* redirects followed at once; then with backoff */
 #define REDIRECT_BUDGET_MS 2000
 #define BACKOFF_FIRST_MS 10
@@ -587,7 +587,7 @@ static bool arm(struct ccall *cc)
 {
 	uint64_t at = timers_now() + cc->backoff_ms;
 
-	if (C.closing || at >= cc->budget_end || cc->redirects >= MAX_REDIRECTS)
+	if (C.closing || at >= cc->budget_end)
 		return false;
 	cc->redirects++;
 	cc->backoff_ms = cc->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : cc->backoff_ms * 2;
@@ -713,7 +713,7 @@ static void reply_to(struct ccall *cc, const redisReply *reply)
 				C.owner[rd.slot] = (int16_t)to; /* until the map says */
 			cluster_topo_refresh();
 		}
-		if (to >= 0 && cc->redirects < MAX_REDIRECTS && timers_now() < cc->budget_end) {
+		if (to >= 0 && timers_now() < cc->budget_end) {
 			/* At once, the first few times; then (nodes that send it
 			 * back and forth, a node not connected yet) after a
 			 * backoff. */
@@ -782,7 +782,8 @@ static int send_call(struct ccall *cc)
 
 static int cluster_eval(const char *route, size_t route_len, script_id_t script, int nkeys,
                         int argc, const char *const *argv, const size_t *argvlen, store_fn fn,
-                        void *priv, uint64_t retry_until, int wait, int floor_arg)
+                        void *priv, uint64_t retry_until, uint64_t deadline, int wait,
+                        int floor_arg)
 {
 	size_t bytes = 0;
 	struct ccall *cc;
@@ -808,7 +809,13 @@ static int cluster_eval(const char *route, size_t route_len, script_id_t script,
 	cc->fn = fn;
 	cc->priv = priv;
 	cc->retry_until = retry_until;
-	cc->budget_end = retry_until > now + REDIRECT_BUDGET_MS ? retry_until : now + REDIRECT_BUDGET_MS;
+	/* Its budget for redirects and retries: its own deadline, or as long
+	 * as it may be resent, and at least REDIRECT_BUDGET_MS. */
+	cc->budget_end = now + REDIRECT_BUDGET_MS;
+	if (retry_until > cc->budget_end)
+		cc->budget_end = retry_until;
+	if (deadline > cc->budget_end)
+		cc->budget_end = deadline;
 	cc->script = script;
 	cc->nkeys = nkeys;
 	cc->argc = argc;

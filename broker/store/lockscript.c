@@ -57,6 +57,7 @@ void lockscript_begin(lockscript_t *ls, const char *lock, size_t lock_len, int n
 	ls->len = ls->len_inline;
 	ls->nints = 0;
 	ls->retry_until = 0;
+	ls->deadline = 0;
 	ls->floor_arg = -1;
 	ls->unwaited = false;
 	for (int k = 0; k < nkeys; k++) {
@@ -116,7 +117,7 @@ void lockscript_int(lockscript_t *ls, int64_t v)
 int lockscript_send(lockscript_t *ls, script_id_t script, store_fn fn, void *priv)
 {
 	int rc = store_eval_lock(ls->lock, ls->lock_len, script, ls->nkeys, ls->argc, ls->argv, ls->len,
-	                         fn, priv, ls->retry_until, ls->floor_arg, ls->unwaited);
+	                         fn, priv, ls->retry_until, ls->deadline, ls->floor_arg, ls->unwaited);
 
 	if (ls->argv != ls->argv_inline) {
 		free(ls->argv);

@@ -45,6 +45,7 @@ typedef struct lockscript {
 	char ints[16][24]; /* storage of lockscript_int */
 	int nints;
 	uint64_t retry_until; /* store.h's; 0 unless lockscript_retry_until */
+	uint64_t deadline;    /* store.h's; 0 unless lockscript_deadline */
 	int floor_arg;        /* the fence floor's index in argv, or -1 */
 	bool unwaited;        /* store_eval_lock's: no WAIT behind it */
 } lockscript_t;
@@ -58,6 +59,9 @@ void lockscript_int(lockscript_t *ls, int64_t v);
 /* The call is idempotent: resent after a lost reply until t (store.h's
  * retry_until). */
 static inline void lockscript_retry_until(lockscript_t *ls, uint64_t t) { ls->retry_until = t; }
+/* How long the call is worth waiting for the store to settle (store.h:
+ * store_eval_lock's deadline; Redis Cluster's redirects and retries). */
+static inline void lockscript_deadline(lockscript_t *ls, uint64_t t) { ls->deadline = t; }
 /* No WAIT behind this call (store.h: store_eval_lock's unwaited). */
 static inline void lockscript_unwaited(lockscript_t *ls) { ls->unwaited = true; }
 /* Sends it (store semantics: 0, or -1 when it was not accepted and fn

@@ -1065,9 +1065,11 @@ static bool redlock_replayed(void)
 
 static int redlock_eval(const char *route, size_t route_len, script_id_t script, int nkeys,
                         int argc, const char *const *argv, const size_t *argvlen, store_fn fn,
-                        void *priv, uint64_t retry_until, int wait, int floor_arg)
+                        void *priv, uint64_t retry_until, uint64_t deadline, int wait,
+                        int floor_arg)
 {
 	(void)wait; /* --redis-wait-replicas is refused with --redlock */
+	(void)deadline; /* no redirects to wait through */
 	return rl_send(route, route_len, script, nkeys, argc, argv, argvlen, fn, priv, retry_until,
 	               floor_arg);
 }

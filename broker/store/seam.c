@@ -84,7 +84,7 @@ size_t store_masters(store_master_t *out, size_t max)
 
 int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int nkeys, int argc,
                     const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
-                    uint64_t retry_until, int floor_arg, bool unwaited)
+                    uint64_t retry_until, uint64_t deadline, int floor_arg, bool unwaited)
 {
 	/* WAIT (--redis-wait-replicas) behind every call that may grant or
 	 * change a lease; verify and inspect only read. */
@@ -92,8 +92,8 @@ int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int n
 	           : unwaited                                          ? RP_UNACKED
 	                                                               : RP_WAIT;
 
-	return B->eval(lock, lock_len, script, nkeys, argc, argv, argvlen, fn, priv, retry_until, wait,
-	               floor_arg);
+	return B->eval(lock, lock_len, script, nkeys, argc, argv, argvlen, fn, priv, retry_until,
+	               deadline, wait, floor_arg);
 }
 
 /* The part of key that picks its connection: its hash tag, the way Redis
@@ -136,7 +136,7 @@ int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc
 	if (!key_then_args(key, key_len, argc, argv, argvlen, all, lens))
 		return -1;
 	part = route_part(key, key_len, &part_len);
-	return B->eval(part, part_len, script, 1, argc + 1, all, lens, fn, priv, retry_until,
+	return B->eval(part, part_len, script, 1, argc + 1, all, lens, fn, priv, retry_until, 0,
 	               RP_NO_WAIT, -1);
 }
 

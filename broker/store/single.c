@@ -182,8 +182,10 @@ static bool single_replayed(void)
 
 static int single_eval(const char *route, size_t route_len, script_id_t script, int nkeys,
                        int argc, const char *const *argv, const size_t *argvlen, store_fn fn,
-                       void *priv, uint64_t retry_until, int wait, int floor_arg)
+                       void *priv, uint64_t retry_until, uint64_t deadline, int wait,
+                       int floor_arg)
 {
+	(void)deadline; /* no redirects to wait through */
 	return rpool_eval(P, rpool_route(route, route_len), script, nkeys, argc, argv, argvlen, fn,
 	                  priv, retry_until, wait, floor_arg);
 }

@@ -133,7 +133,14 @@ bool store_replicated(void);
  * will run), -1 when not (fn will not). */
 int store_eval_lock(const char *lock, size_t lock_len, script_id_t script, int nkeys, int argc,
                     const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
-                    uint64_t retry_until, int floor_arg, bool unwaited);
+                    uint64_t retry_until, uint64_t deadline, int floor_arg, bool unwaited);
+
+/* deadline (store_eval_lock; 0: none): until when the call is worth
+ * waiting for the store to settle. Redis Cluster: a call that meets MOVED,
+ * ASK, TRYAGAIN or CLUSTERDOWN (a slot on the move, a failover) is tried
+ * again until the later of deadline, retry_until and a short least budget,
+ * then fails (unavailable): a renewal is worth it until its lease ends
+ * here, a heartbeat until its waiters' deadline. */
 
 /* unwaited (store_eval_lock): no WAIT behind the call even with
  * --redis-wait-replicas, so it never holds a connection for WAIT; its

@@ -258,12 +258,47 @@ local function recount_xw(K)
   redis.call('HSET', K.s, 'xw', n)
 end
 
+-- Marks in a hash, at most max of them (the oldest go first): field
+-- prefix .. id = value for each, and field list naming them in order.
+local function mark_add(key, prefix, list, id, value, max)
+  local ids = {}
+  for x in string.gmatch(redis.call('HGET', key, list) or '', '%S+') do
+    if x ~= id then ids[#ids + 1] = x end
+  end
+  while #ids >= max do redis.call('HDEL', key, prefix .. table.remove(ids, 1)) end
+  ids[#ids + 1] = id
+  redis.call('HSET', key, prefix .. id, value, list, table.concat(ids, ' '))
+end
+
+local function mark_del(key, prefix, list, id)
+  if redis.call('HDEL', key, prefix .. id) == 0 then return end
+  local ids = {}
+  for x in string.gmatch(redis.call('HGET', key, list) or '', '%S+') do
+    if x ~= id then ids[#ids + 1] = x end
+  end
+  if #ids > 0 then
+    redis.call('HSET', key, list, table.concat(ids, ' '))
+  else
+    redis.call('HDEL', key, list)
+  end
+end
+
+-- A waiter dropped for its heartbeat deadline keeps its place: its
+-- arrival number stays in :s ('a:'..id, the last PLACES of them, 'al'
+-- lists them) while the queue lives, and acquire.lua queues it there again
+-- when its broker, alive after all, sends it again (it could not refresh
+-- its waiters: a slot on the move, the broker stalled), so it does not go
+-- to the back. A broker that died never sends it again.
+local PLACES = 32
+
 -- Drops waiters whose broker stopped refreshing their heartbeat.
 local function purge_waiters(K, now_ms)
   local dead = redis.call('ZRANGEBYSCORE', K.d, '-inf', now_ms)
   local missing = false
   for _, id in ipairs(dead) do
     local wi = info_get(K.w, id)
+    local place = redis.call('ZSCORE', K.q, id)
+    if place then mark_add(K.s, 'a:', 'al', id, place, PLACES) end
     dequeue(K, id, wi and wi[1])
     missing = missing or not wi
   end
@@ -390,19 +425,7 @@ end
 -- as long as the newest.
 local GRAVES = 16
 local function tombstone(K, C, id)
-  local until_ms = C.now_ms + C.retention
-  local list = redis.call('HGET', K.hd, 'gl')
-  local keep = {}
-  if list then
-    for old in string.gmatch(list, '%S+') do
-      if old ~= id then keep[#keep + 1] = old end
-    end
-  end
-  while #keep >= GRAVES do
-    redis.call('HDEL', K.hd, 'g:' .. table.remove(keep, 1))
-  end
-  keep[#keep + 1] = id
-  redis.call('HSET', K.hd, 'g:' .. id, until_ms, 'gl', table.concat(keep, ' '))
+  mark_add(K.hd, 'g:', 'gl', id, C.now_ms + C.retention, GRAVES)
   if redis.call('PTTL', K.hd) < C.retention then redis.call('PEXPIRE', K.hd, C.retention) end
 end
 

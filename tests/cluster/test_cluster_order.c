@@ -38,7 +38,7 @@ CL_TEST(cluster_order, a_release_redirected_by_a_move_keeps_its_place, 90)
 	cl_masters(m);
 	cl_lock_name(2, 0, lock, sizeof(lock));   /* on m[2], which goes to sleep */
 	cl_lock_name(0, 0, other, sizeof(other)); /* on m[0], awake: its MOVED */
-	lb_broker *b = lb_broker_start_url(cl_seed_url(), "--canary-interval-ms", "60000", NULL);
+	lb_broker *b = lb_broker_start_url(cl_seed_url(), NULL);
 	lb_client *c = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_UNIX);
 	const char *lease = lb_must_acquire(c, lock, 30000);
 	json_int_t before = slots_of(o, m[2]);
@@ -98,7 +98,7 @@ CL_TEST(cluster_order, a_grant_from_a_demoted_master_is_given_back, 120)
 	int old = m[2], rep = cl_replica_of(m[2]);
 	cl_lock_name(2, 0, lock, sizeof(lock));
 	cl_lock_name(0, 0, other, sizeof(other));
-	lb_broker *b = lb_broker_start_url(cl_seed_url(), "--canary-interval-ms", "60000", NULL);
+	lb_broker *b = lb_broker_start_url(cl_seed_url(), NULL);
 	lb_client *c = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_UNIX);
 	lb_release(c, lb_must_acquire(c, lock, 30000)); /* the pool to old is up */
 	/* A slot of m[0] moves, so a try there brings a MOVED (and the map). */
@@ -142,5 +142,79 @@ CL_TEST(cluster_order, a_grant_from_a_demoted_master_is_given_back, 120)
 	lb_expect_ok(g2);
 	lb_release(o, lb_str(t, "lease"));
 	lb_release(o, lb_str(g2, "lease"));
+	lb_end();
+}
+
+/* A slot held mid-move for 7 s (issue 26, point 10): its lock scripts get
+ * TRYAGAIN all along (the lock's keys are split between the two
+ * masters). Calls wait through it within their own deadlines, not a fixed
+ * count of tries: the holder's renewals keep its lease (ttl 10 s); a lease
+ * released by its session's end right as the move begins is free soon
+ * after the move (before the fix the release gave up after 32 tries,
+ * about 5 s, and the lock stayed held for nobody until its TTL, 30 s);
+ * and a waiter queued before the move keeps its place: it is granted
+ * before one that came after the move, though its heartbeat deadline
+ * passed during it. */
+CL_TEST(cluster_order, a_slot_held_mid_move_is_waited_through, 120)
+{
+	int m[CL_MASTERS];
+	char names[3][32];
+
+	cl_masters(m);
+	cl_lock_name(0, 0, names[0], sizeof(names[0]));
+	int slot = cl_slot_of(names[0]);
+	cl_names_in_slot(slot, "mv-", 2, &names[1]);
+	const char *x = names[0], *y = names[1];
+	lb_broker *A = lb_broker_start_url(cl_seed_url(), NULL);
+	lb_broker *B = lb_broker_start_url(cl_seed_url(), NULL);
+	lb_client *h = lb_connect(A, LB_TCP), *w1 = lb_connect(A, LB_UNIX), *w2 = lb_connect(B, LB_TCP);
+	lb_client *s = lb_connect(B, LB_UNIX), *o = lb_connect(B, LB_TCP);
+
+	const char *hl = lb_must_acquire(h, x, 10000);
+	lb_must_acquire(s, y, 30000);
+	json_t *i1 = lb_acq_send(w1, x, LB_AO(.ttl_ms = 30000));
+	lb_wait_waiters(o, x, 1, 5000);
+
+	int64_t t0 = lb_now_ms();
+	cr_assert_eq(cl_move_slot_begin(slot, m[1]), m[0]);
+	cr_assert_gt(cl_move_slot_keys(slot, 3), 0);
+	lb_close(s); /* its release meets TRYAGAIN from now on */
+	lb_sleep_ms(7000 - (lb_now_ms() - t0));
+	cl_move_slot_end(slot);
+	int64_t moved = lb_now_ms() - t0;
+
+	json_t *i2 = lb_acq_send(w2, x, LB_AO(.ttl_ms = 30000)); /* after the move */
+	int64_t end = lb_now_ms() + 5000;
+	json_t *gy = NULL;
+	while (!gy || !lb_is_ok(gy)) {
+		gy = lb_call(o, "{s:s, s:s, s:i, s:i}", "op", "acquire", "lock", y, "wait_ms", 0,
+		             "ttl_ms", 30000);
+		cr_assert(lb_is_ok(gy) || lb_is_err(gy, "timeout") || lb_is_err(gy, "unavailable"),
+		          "%s", lb_dump(gy));
+		cr_assert_lt(lb_now_ms(), end, "the lock the ended session held stays held: %s",
+		             lb_dump(gy));
+		if (!lb_is_ok(gy))
+			lb_sleep_ms(50);
+	}
+	fprintf(stderr, "cluster_order: slot %d held mid-move %lld ms; the ended session's lock "
+	                "free %lld ms after it\n",
+	        slot, (long long)moved, (long long)(lb_now_ms() - t0 - moved));
+	lb_wait_waiters(o, x, 2, 5000);
+	cr_assert_null(lb_next_event(h, 0), "the holder heard of a loss");
+	cr_assert_eq(lb_release(h, hl), 0, "the holder's lease did not survive the move");
+
+	bool pend[2] = {true, true};
+	lb_client *ws[2] = {w1, w2};
+	json_t *first = NULL;
+	int k = lb_read_any(ws, pend, 2, 10000, &first);
+	cr_assert_eq(k, 0, "the waiter that came after the move was granted first: %s",
+	             lb_dump(first));
+	lb_expect_ok(first);
+	cr_assert(json_equal(lb_get(first, "id"), i1));
+	lb_release(w1, lb_str(first, "lease"));
+	json_t *g2 = lb_wait_response(w2, i2, 10000);
+	lb_expect_ok(g2);
+	lb_release(w2, lb_str(g2, "lease"));
+	lb_release(o, lb_str(gy, "lease"));
 	lb_end();
 }
