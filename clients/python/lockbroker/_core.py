@@ -32,6 +32,17 @@ Invariants:
   the client.
 - Answers are matched by ``id`` only; ids come from one counter per client
   and are never reused, so a ``cancel`` can never hit a later request.
+- Liveness: each session counts the TTLs of the leases bound to it
+  (``Session.ttls``, kept under ``_mu`` wherever a lease is granted,
+  extended, released or lost). The broker renews a lease every ttl/3 and
+  Redis frees it a TTL after the last renewal, so a broker silent for ttl/3
+  may be frozen with the lease about to be given away: the client gives the
+  session up when the broker has said nothing (any message counts) for
+  ``_bound_ms``: the shortest TTL held / 3, at most ``keepalive_ms`` (or
+  ``DEFAULT_BOUND_MS`` without it), and pings within it (one ping in flight
+  at most). The transport runs the check (``_liveness``) on a thread or a
+  timer that never waits on the socket, and re-arms it at once when the
+  bound shrinks or a ping is answered (``_liveness_replan``).
 """
 
 from __future__ import annotations
@@ -53,6 +64,11 @@ from .info import strip
 log = logging.getLogger("lockbroker")
 
 __version__ = "0.1.0"
+
+# The longest silence from the broker that a session holding leases
+# accepts when no keepalive_ms is given (a lease's ttl/3 may make it shorter).
+DEFAULT_BOUND_MS = 5000
+_NEVER = float("inf")
 
 # ---- owners ---------------------------------------------------------------
 
@@ -164,14 +180,16 @@ class Session:
         self.closing_reason: str | None = None
         self.end_reason = "disconnected"
         self.silent: str | None = None  # why the client gave up on a silent broker
-        self.last_send = self.last_recv = self.last_ping = time.monotonic()
+        self.last_send = self.last_recv = time.monotonic()
+        self.last_ping = -_NEVER  # a ping is in flight while last_ping > last_recv
+        self.ttls: dict[int, int] = {}  # ttl_ms -> how many bound leases have it
 
 
 class LeaseState:
     """The client's view of one lease token, shared by its handles."""
 
     __slots__ = ("token", "name", "mode", "fence", "ttl_ms", "count", "detached", "owner",
-                 "session", "event", "lost_reason", "done", "watchers", "aevent")
+                 "session", "event", "lost_reason", "done", "watchers", "aevent", "counted")
 
     def __init__(self, token, name, mode, fence, ttl_ms, count, detached, owner, session):
         self.token = token
@@ -188,6 +206,7 @@ class LeaseState:
         self.done = False  # released down to count 0
         self.watchers: list = []  # (handle, on_lost)
         self.aevent = None  # asyncio.Event, made by AsyncLease.wait_lost
+        self.counted: int | None = None  # the TTL it counts for in session.ttls
 
 
 class LeaseBase:
@@ -345,7 +364,8 @@ class ClientCore:
     Transports provide: ``_lease_class``; ``_wake(pending)`` (called under
     ``_mu``, must not block); ``_post(fn, *args)`` (run fn later, off the
     reader); ``_send_nowait(session, op, fields)`` (a request whose answer
-    nobody awaits; never raises).
+    nobody awaits; never raises); ``_liveness_rearm()`` (called under
+    ``_mu``, must not block: run the liveness check at ``_liveness_at``).
     """
 
     _lease_class = LeaseBase
@@ -358,7 +378,10 @@ class ClientCore:
         self._auth = auth
         self._auth_file = auth_file
         self.label = label if label is not None else default_label()
-        self.keepalive_ms = keepalive_ms
+        if keepalive_ms is not None and (type(keepalive_ms) is not int or keepalive_ms < 0):
+            raise InvalidArgument("keepalive_ms is None (the default liveness check), 0 (none) "
+                                  "or milliseconds (the broker takes 500..600000)")
+        self.keepalive_ms = keepalive_ms  # None: the default bound; 0: no liveness check
         self.owner = owner
         self.connect_timeout = connect_timeout
         self._mu = threading.Lock()
@@ -368,6 +391,7 @@ class ClientCore:
         self._closed = False
         self._backoff = Backoff()
         self._next_attempt = 0.0
+        self._liveness_at = _NEVER  # when the transport runs the check next
 
     # -- what hello sends, what it answers
 
@@ -383,7 +407,7 @@ class ClientCore:
                                       op="hello") from None
         if secret is not None:
             fields["auth"] = secret
-        if self.keepalive_ms is not None:
+        if self.keepalive_ms:
             fields["keepalive_ms"] = self.keepalive_ms
         return fields
 
@@ -446,21 +470,101 @@ class ClientCore:
             why += f" ({session.silent})"
         return Disconnected(why, op=op)
 
-    def _keepalive_due(self, session: Session) -> str | None:
-        """With ``keepalive_ms``: "ping" when the session has been quiet (in
-        either direction) for a third of it, "dead" when the broker has said
-        nothing for all of it although it was pinged (the broker ends such a
-        session itself, so its leases must count as lost), else None."""
-        now = time.monotonic()
-        third = self.keepalive_ms / 3000.0
-        if now - session.last_recv > self.keepalive_ms / 1000.0:
-            session.silent = f"no answer from the broker for {self.keepalive_ms} ms"
-            return "dead"
-        if (now - session.last_send >= third or now - session.last_recv >= third) \
-                and now - session.last_ping >= third:
-            session.last_ping = now
-            return "ping"
-        return None
+    # -- liveness
+
+    def _bound_ms(self, session: Session) -> float | None:
+        """How long the broker may stay silent on ``session`` before the
+        client gives it up, in ms; None when it is not watched
+        (``keepalive_ms=0``, or no ``keepalive_ms`` and no lease held)."""
+        ka = self.keepalive_ms
+        if ka == 0:
+            return None
+        if session.ttls:
+            return min(ka if ka is not None else DEFAULT_BOUND_MS, min(session.ttls) / 3)
+        return ka
+
+    def _count_ttl(self, state: LeaseState, ttl) -> None:
+        """(Under ``_mu``.) Makes ``state`` count in its session's bound with
+        ``ttl`` (its TTL now), or no more with None; re-arms the check when
+        the bound shrinks. Detached leases never count: they outlive the
+        session."""
+        ttls = state.session.ttls
+        old = state.counted
+        if old is not None:
+            n = ttls[old] - 1
+            if n:
+                ttls[old] = n
+            else:
+                del ttls[old]
+            state.counted = None
+        if state.detached or type(ttl) is not int or ttl <= 0:
+            return
+        shrunk = not ttls or ttl < min(ttls)
+        ttls[ttl] = ttls.get(ttl, 0) + 1
+        state.counted = ttl
+        if shrunk:
+            self._liveness_replan(state.session)
+
+    def _liveness_replan(self, session: Session) -> None:
+        """(Under ``_mu``.) The bound of ``session`` may have shrunk, the
+        session just opened, or a ping was answered: re-arms the check if it
+        is due sooner than the transport planned, so a new, shorter bound
+        applies at once, and the next ping goes a third of the bound after
+        the last answer."""
+        if session is not self._current or session.closed:
+            return
+        bound = self._bound_ms(session)
+        if bound is None:
+            return
+        at = session.last_recv + bound / 3000.0
+        if at < self._liveness_at:
+            self._liveness_at = at
+            self._liveness_rearm()
+
+    def _liveness(self, session: Session | None, now: float):
+        """(Under ``_mu``.) The liveness check of the current session: returns
+        (what, at), ``what`` being "dead" (the broker has said nothing for
+        the bound: give the session up), "ping" (send one now) or None, and
+        ``at`` when to check next (``_NEVER``: not until re-armed). Records
+        the plan in ``_liveness_at``.
+
+        A ping goes out when the broker has been silent for a third of the
+        bound, or (with ``keepalive_ms``, which the broker enforces too) when
+        the client has; never while another is unanswered: on one stream an
+        answer to the first is as good a sign of life as any, and a frozen
+        broker must not pile pings up. While one is in flight, the check is
+        planned for the deadline; its answer plans it again
+        (``_liveness_answered``)."""
+        what, at = None, _NEVER
+        bound = self._bound_ms(session) if session is not None and not session.closed else None
+        if bound is not None:
+            b = bound / 1000.0
+            dead_at = session.last_recv + b
+            if now >= dead_at:
+                session.silent = f"keepalive: the broker sent nothing for {bound:.0f} ms"
+                what = "dead"
+            else:
+                at = dead_at
+                if session.last_ping <= session.last_recv:  # no ping in flight
+                    ping_at = session.last_recv + b / 3
+                    if self.keepalive_ms:
+                        ping_at = min(ping_at, session.last_send + self.keepalive_ms / 3000.0)
+                    if now >= ping_at:
+                        what = "ping"
+                        session.last_ping = now
+                    else:
+                        at = min(at, ping_at)
+        self._liveness_at = at
+        return what, at
+
+    def _liveness_answered(self, session: Session) -> None:
+        """(The reader, on the first read after a ping was sent.) Plans the
+        next check: the next ping is due a third of the bound from now."""
+        with self._mu:
+            self._liveness_replan(session)
+
+    def _liveness_rearm(self) -> None:
+        raise NotImplementedError
 
     # -- answers and events
 
@@ -516,6 +620,7 @@ class ClientCore:
             else:
                 state.count = msg.get("count")
                 state.ttl_ms = msg.get("ttl_ms", state.ttl_ms)
+            self._count_ttl(state, state.ttl_ms)
             if pending.abandoned:
                 posts.append((self._send_nowait, (session, "release", {"lease": token})))
                 return None
@@ -531,10 +636,12 @@ class ClientCore:
                 if count == 0:
                     state.done = True
                     del self._leases[state.token]
+                    self._count_ttl(state, None)
         elif op == "extend":
             state = self._leases.get(pending.fields.get("lease"))
             if state is not None:
                 state.ttl_ms = msg.get("ttl_ms", state.ttl_ms)
+                self._count_ttl(state, state.ttl_ms)
         return msg
 
     def _on_event(self, session: Session, msg: dict) -> None:
@@ -556,6 +663,7 @@ class ClientCore:
         if state.lost_reason is not None or state.done:
             return []
         state.lost_reason = reason
+        self._count_ttl(state, None)
         if state.event is not None:
             state.event.set()
         if state.aevent is not None:
@@ -638,6 +746,8 @@ class ClientCore:
         self._next_attempt = time.monotonic() + self._backoff.failed()
 
     def _attempt_succeeded(self, session: Session) -> None:
+        """(Under ``_mu``.) ``session`` is open: it becomes the current one."""
         self._backoff.reset()
         self._next_attempt = 0.0
         self._current = session
+        self._liveness_replan(session)

@@ -16,9 +16,13 @@ Invariants:
 - a dropped session is never re-used: the next request opens a new one
   (with backoff after failed attempts), and a lease bound to the dropped
   session is lost (``disconnected``) and never sent on the new one;
-- with ``keepalive_ms``, a timer pings a quiet session and ends one whose
-  broker has not answered for all of it (its leases are lost: the broker,
-  not hearing from us either, ends the session too);
+- liveness (unless ``keepalive_ms=0``): one timer of the loop, armed for
+  when the check of ``ClientCore._liveness`` is due and re-armed at once
+  when a shorter bound applies, pings a quiet session and ends one whose
+  broker has been silent for the bound (its leases are reported lost,
+  ``disconnected``). It does no I/O but a buffered write and never waits;
+  it is cancelled by ``close()``, and not armed again while there is
+  nothing to watch;
 - ``on_lost`` callbacks run on the loop via ``call_soon`` (a coroutine
   function's coroutine becomes a task), never inside the protocol callback.
 """
@@ -28,7 +32,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ._core import AcquireMeta, ClientCore, LeaseBase, Session, acquire_fields, log, refuse_id
+from ._core import (_NEVER, AcquireMeta, ClientCore, LeaseBase, Session, acquire_fields, log,
+                    refuse_id)
 from ._wire import LineBuffer
 from .errors import Cancelled, Disconnected, LeaseLost, LockbrokerError, NotHeld
 from .info import LeaseInfo, LockInfo, strip
@@ -121,7 +126,9 @@ class _AsyncSession(Session, asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        self.last_recv = time.monotonic()
+        prev, self.last_recv = self.last_recv, time.monotonic()
+        if self.last_ping > prev:
+            self.client._liveness_answered(self)
         try:
             msgs = self.buf.feed(data)
         except ValueError as e:
@@ -249,6 +256,7 @@ class AsyncClient(ClientCore):
         self._closed = True
         if self._keepalive_timer is not None:
             self._keepalive_timer.cancel()
+            self._keepalive_timer = None
         s = self._current
         if s is not None:
             s.end_reason = "closed"
@@ -359,9 +367,7 @@ class AsyncClient(ClientCore):
                     if self._closed:  # closed while this session was opening
                         s.kill()
                         continue
-                    self._attempt_succeeded(s)
-                if self.keepalive_ms is not None and self._keepalive_timer is None:
-                    self._keepalive_tick()
+                    self._attempt_succeeded(s)  # arms the liveness timer
                 return s
 
     async def _open(self, deadline: float, hello: dict) -> _AsyncSession:
@@ -389,18 +395,33 @@ class AsyncClient(ClientCore):
             raise
         return session
 
+    def _liveness_rearm(self) -> None:
+        """(Under ``_mu``, on the loop.) Arms the timer for ``_liveness_at``."""
+        if self._keepalive_timer is not None:
+            self._keepalive_timer.cancel()
+            self._keepalive_timer = None
+        if self._closed or self._liveness_at == _NEVER:
+            return
+        delay = max(0.0, self._liveness_at - time.monotonic())
+        self._keepalive_timer = self._loop.call_later(delay, self._keepalive_tick)
+
     def _keepalive_tick(self) -> None:
-        """Pings a quiet session, ends one whose broker fell silent
-        (``ClientCore._keepalive_due``); runs every sixth of keepalive_ms."""
+        """The liveness timer: pings a quiet session, gives up one whose
+        broker fell silent (``ClientCore._liveness``), and arms itself for
+        the next check, if any."""
+        self._keepalive_timer = None
         if self._closed:
             return
-        s = self._current
-        if s is not None and not s.closed:
-            due = self._keepalive_due(s)
-            if due == "ping":
+        while True:
+            with self._mu:
+                s = self._current
+                what, _ = self._liveness(s, time.monotonic())
+                if what is None:
+                    self._liveness_rearm()
+                    return
+            if what == "ping":
                 self._send_nowait(s, "ping", {})
-            elif due == "dead":
+            else:
                 s.kill()
                 self._session_ended(s)
-        self._keepalive_timer = self._loop.call_later(self.keepalive_ms / 6000.0,
-                                                      self._keepalive_tick)
+            # Plans again: with the ping in flight, or without the session.

@@ -13,10 +13,14 @@ shared by any number of threads. Threads around it:
 - one callback thread per client: runs ``on_lost`` callbacks and the
   requests the reader must not write itself (releasing a grant nobody waits
   for), so neither can stall the reader;
-- one keepalive thread while ``keepalive_ms`` is set: pings when the
-  session has been quiet for a third of it, and ends the session when the
-  broker has not answered for all of it (the broker, not hearing from us
-  either, ends it too: its leases are lost, so they are reported lost).
+- one liveness thread (unless ``keepalive_ms=0``): sleeps until the check
+  of ``ClientCore._liveness`` is due (or is re-armed because a shorter
+  bound applies), pings a quiet session, and ends one whose broker has
+  been silent for the bound (its leases are reported lost,
+  ``disconnected``, before Redis can give them away). It never waits on
+  the socket: the reader may sit in ``recv`` forever on a frozen broker,
+  and a ping is written without blocking (``_ping``), so a full send
+  buffer cannot hold the check up either.
 
 Invariants:
 
@@ -42,7 +46,8 @@ import socket
 import threading
 import time
 
-from ._core import AcquireMeta, ClientCore, LeaseBase, Session, acquire_fields, log, refuse_id
+from ._core import (_NEVER, AcquireMeta, ClientCore, LeaseBase, Session, acquire_fields, log,
+                    refuse_id)
 from ._wire import LineBuffer
 from .errors import Cancelled, Disconnected, LeaseLost, LockbrokerError, NotHeld
 from .info import LeaseInfo, LockInfo, strip
@@ -208,11 +213,16 @@ class Client(ClientCore):
     ``$LOCKBROKER_URL``, else the default socket if it exists, else
     ``tcp://127.0.0.1:7380``). ``auth`` is the broker's secret, or
     ``auth_file`` a file holding it (read at each connection). ``label`` is
-    the ``client`` label ``inspect`` shows. ``keepalive_ms`` asks the broker
-    to end the session if it hears nothing for that long (the client pings
-    in time). ``owner`` fixes the reentrancy owner of every acquire (default:
-    one per thread and per asyncio task). ``connect_timeout`` bounds, in
-    seconds, how long a request waits for a session to be opened.
+    the ``client`` label ``inspect`` shows. The client checks that the
+    broker is alive while the session holds leases: it pings, and gives the
+    session up (its leases lost, ``disconnected``) when the broker has been
+    silent for the shortest TTL held / 3, at most 5000 ms. ``keepalive_ms``
+    makes that at most ``keepalive_ms``, watches idle sessions too, and asks
+    the broker to end the session if it hears nothing for that long (the
+    client pings in time); ``keepalive_ms=0`` turns the check off. ``owner``
+    fixes the reentrancy owner of every acquire (default: one per thread and
+    per asyncio task). ``connect_timeout`` bounds, in seconds, how long a
+    request waits for a session to be opened.
 
     The connection is opened by the first request (or :meth:`connect`) and
     opened again, with backoff after failures, by the first request after it
@@ -231,6 +241,7 @@ class Client(ClientCore):
         self._service: threading.Thread | None = None
         self._keepalive: threading.Thread | None = None
         self._stop = threading.Event()
+        self._kick = threading.Event()  # wakes the liveness thread to plan again
 
     # ---- the public API ---------------------------------------------------
 
@@ -314,6 +325,7 @@ class Client(ClientCore):
         The client cannot be used again."""
         self._closed = True
         self._stop.set()
+        self._kick.set()
         s = self._current
         if s is not None:
             s.end_reason = "closed"
@@ -435,8 +447,76 @@ class Client(ClientCore):
             return
         self._write(session, line)
 
+    def _ping(self, session: _SyncSession) -> None:
+        """Sends a ping from the liveness thread, which must never block on
+        the socket (a frozen broker stops reading, and a full send buffer
+        would stall ``sendall``, and with it the check that gives the broker
+        up). When another thread is writing, the ping joins its queue; else
+        this thread writes without waiting (``MSG_DONTWAIT``), and if the
+        kernel takes only part of the data, a thread of its own writes the
+        rest (and blocks, if it must, until the session is given up)."""
+        try:
+            _, line = self._register(session, "ping", {})
+        except LockbrokerError as e:
+            log.debug("lockbroker: ping not sent: %s", e)
+            return
+        outq = session.outq
+        with session.outq_mu:
+            outq.append(line)
+            if session.writing:
+                return
+            session.writing = True
+            data = b"".join(outq)
+            outq.clear()
+        try:
+            while True:
+                try:
+                    sent = session.sock.send(data, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    sent = 0
+                if sent:
+                    session.last_send = time.monotonic()
+                    data = data[sent:]
+                if data:  # the send buffer is full
+                    break
+                with session.outq_mu:
+                    if not outq:
+                        session.writing = False
+                        return
+                    data = b"".join(outq)
+                    outq.clear()
+        except OSError as e:
+            session.kill()
+            self._session_ended(session, e)
+            return
+        with session.outq_mu:
+            outq.appendleft(data)
+        threading.Thread(target=self._finish_write, args=(session,),
+                         name="lockbroker-writer", daemon=True).start()
+
+    def _finish_write(self, session: _SyncSession) -> None:
+        """(A thread of its own, holding the writer's part, as ``_write``'s
+        writer.) Writes what ``outq`` holds until it is empty."""
+        outq = session.outq
+        try:
+            while True:
+                with session.outq_mu:
+                    if not outq:
+                        session.writing = False
+                        return
+                    data = b"".join(outq)
+                    outq.clear()
+                session.sock.sendall(data)
+                session.last_send = time.monotonic()
+        except OSError as e:
+            session.kill()
+            self._session_ended(session, e)
+
     def _wake(self, pending) -> None:
         pending.waiter.release()
+
+    def _liveness_rearm(self) -> None:
+        self._kick.set()
 
     def _post(self, fn, *args) -> None:
         self._queue.put((fn, args))
@@ -527,7 +607,9 @@ class Client(ClientCore):
                 data = sock.recv(_RECV_SIZE)
                 if not data:
                     break
-                session.last_recv = time.monotonic()
+                prev, session.last_recv = session.last_recv, time.monotonic()
+                if session.last_ping > prev:
+                    self._liveness_answered(session)
                 try:
                     for msg in buf.feed(data):
                         self._route(session, msg, session.wakeq)
@@ -551,7 +633,7 @@ class Client(ClientCore):
             self._service = threading.Thread(target=self._service_loop,
                                              name="lockbroker-callbacks", daemon=True)
             self._service.start()
-        if self.keepalive_ms is not None and self._keepalive is None:
+        if self.keepalive_ms != 0 and self._keepalive is None:
             self._keepalive = threading.Thread(target=self._keepalive_loop,
                                                name="lockbroker-keepalive", daemon=True)
             self._keepalive.start()
@@ -568,13 +650,19 @@ class Client(ClientCore):
                 log.exception("lockbroker: a callback raised")
 
     def _keepalive_loop(self) -> None:
-        while not self._stop.wait(self.keepalive_ms / 6000.0):
-            s = self._current
-            if s is None or s.closed:
-                continue
-            due = self._keepalive_due(s)
-            if due == "ping":
-                self._send_nowait(s, "ping", {})
-            elif due == "dead":
+        """The liveness thread: runs the check when it is due, and sleeps
+        until the next one or until re-armed (``_kick``: a shorter bound, a
+        new session, close)."""
+        while not self._stop.is_set():
+            with self._mu:
+                self._kick.clear()  # before planning: a later re-arm wakes the wait below
+                s = self._current
+                what, at = self._liveness(s, time.monotonic())
+            if what == "ping":
+                self._ping(s)
+                continue  # plans again, with the ping in flight
+            if what == "dead":
                 s.kill()
                 self._session_ended(s)
+                continue
+            self._kick.wait(None if at == _NEVER else max(0.0, at - time.monotonic()))
