@@ -13,7 +13,12 @@ export interface ClientOptions {
   authFile?: string;
   /** Label shown by inspect (hello's `client`). */
   clientName?: string;
-  /** hello's keepalive_ms (500..600000): the client pings every third of it and drops a broker silent for that long. */
+  /**
+   * Liveness checking is on by default: while leases are held, the client pings and drops a broker
+   * silent for the bound, the shortest lease TTL / 3 and at most 5000 ms (at most keepaliveMs when
+   * given). keepaliveMs (500..600000) is also hello's keepalive_ms (the broker watches the client);
+   * 0 turns liveness checking off.
+   */
   keepaliveMs?: number;
   /** How long a request waits for a connection, all attempts included (default 10000). */
   connectTimeoutMs?: number;

@@ -160,7 +160,8 @@ class Client extends EventEmitter {
    * @param {string} [opts.auth]         the broker's secret
    * @param {string} [opts.authFile]     a file holding it (one trailing newline dropped)
    * @param {string} [opts.clientName]   label shown by inspect (hello's `client`)
-   * @param {number} [opts.keepaliveMs]  hello's keepalive_ms; the client pings every third of it
+   * @param {number} [opts.keepaliveMs]  hello's keepalive_ms, and the most the liveness
+   *   bound may be (default: not sent, bound at most 5000 ms); 0 turns the liveness check off
    * @param {number} [opts.connectTimeoutMs=10000]  how long a request waits for a connection
    * @param {number} [opts.backoffMinMs=50]   first delay between connection attempts
    * @param {number} [opts.backoffMaxMs=2000] largest delay
@@ -179,6 +180,11 @@ class Client extends EventEmitter {
     this.auth = opts.auth != null ? opts.auth : null;
     this.authFile = opts.authFile != null ? opts.authFile : null;
     this.clientName = opts.clientName != null ? opts.clientName : null;
+    if (opts.keepaliveMs != null && !(Number.isInteger(opts.keepaliveMs) && opts.keepaliveMs >= 0)) {
+      throw new InvalidArgumentError(
+        "'keepaliveMs' is 0 (no liveness check) or milliseconds (the broker takes 500..600000)",
+      );
+    }
     this.keepaliveMs = opts.keepaliveMs != null ? opts.keepaliveMs : null;
     this.connectTimeoutMs = opts.connectTimeoutMs != null ? opts.connectTimeoutMs : 10000;
     this.backoffMinMs = opts.backoffMinMs != null ? opts.backoffMinMs : 50;
@@ -281,7 +287,7 @@ class Client extends EventEmitter {
       }
       const hello = {};
       if (this.clientName !== null) hello.client = this.clientName;
-      if (this.keepaliveMs !== null) hello.keepalive_ms = this.keepaliveMs;
+      if (this.keepaliveMs) hello.keepalive_ms = this.keepaliveMs; // 0: no liveness check at all
       const auth = await this._readAuth();
       if (auth !== null) hello.auth = auth;
       const session = new Session(this.addr, this._hooks);
@@ -355,6 +361,7 @@ class Client extends EventEmitter {
     this._tracked.delete(lease.token);
     if (lease._session) {
       lease._session.leases.delete(lease);
+      lease._session.countTtl(lease, null);
       lease._session.updateRef();
     }
   }
@@ -365,12 +372,14 @@ class Client extends EventEmitter {
     if (known && known.state === 'held') {
       known.count = ans.count;
       known.ttlMs = ans.ttl_ms;
+      if (known._session) known._session.countTtl(known, known.ttlMs);
       return known;
     }
     const lease = new Lease(this, detached ? null : session, ans, owner, detached);
     this._tracked.set(lease.token, lease);
     if (!detached) {
       session.leases.add(lease);
+      session.countTtl(lease, lease.ttlMs); // the liveness bound follows the shortest TTL held
       session.updateRef();
     }
     return lease;
@@ -390,6 +399,7 @@ class Client extends EventEmitter {
         if (ans.count === 0 && lease._markReleased()) this._forget(lease);
       } else {
         lease.ttlMs = ans.ttl_ms;
+        if (lease._session) lease._session.countTtl(lease, lease.ttlMs);
       }
       return ans;
     };

@@ -70,6 +70,7 @@ class Lease extends EventEmitter {
     /** The LeaseLostError of its loss, else null. */
     this.lostError = null;
     this._controller = new AbortController();
+    this._ttlCounted = null; // the TTL its session counts it with (liveness)
   }
 
   /** Aborted when the lease is lost; its reason is the LeaseLostError. */

@@ -28,18 +28,34 @@
  *  - The socket keeps the process alive only while a request that is not a
  *    keepalive ping is in flight or the session holds leases (`leases`, a Set
  *    the client keeps); updateRef() applies that.
- *  - With keepaliveMs, a ping leaves every keepaliveMs/3; when nothing at all
- *    arrived for keepaliveMs the broker is taken for dead and the socket is
- *    destroyed (the broker ends the session on its side the same way).
+ *  - Liveness (unless keepaliveMs is 0): the session gives the broker up
+ *    (destroys the socket, so every lease is reported lost, 'disconnected')
+ *    when nothing at all arrived from it for boundMs(): the shortest TTL of
+ *    the leases it holds / 3 (the broker renews every ttl/3 and Redis frees
+ *    a lease a TTL after the last renewal, so this is before Redis can give
+ *    a lease away), at most keepaliveMs, or DEFAULT_BOUND_MS without it;
+ *    with no lease held, keepaliveMs, or nothing (no check, no ping). A
+ *    ping leaves when the broker has been quiet for a third of the bound
+ *    (or, with keepaliveMs, which the broker enforces too, when we have
+ *    been quiet for a third of it), never while another is unanswered;
+ *    its answer (or anything after it) plans the next.
+ *    `ttls` counts the held leases by TTL (the client calls countTtl() when
+ *    a lease is granted, extended, released or lost); a shorter bound
+ *    re-arms the one timer at once. The timer is unref'd and cleared when
+ *    the socket closes.
  */
 
 const net = require('node:net');
+const { performance } = require('node:perf_hooks');
 const { LineReader, encodeLine } = require('./framing');
 const { connectArgs } = require('./url');
 const { ConnectionError, LineTooLongError, ProtocolError, UnauthorizedError, errorFromWire } = require('./errors');
 
 /** The broker's default max_line, used until hello tells the real one. */
 const DEFAULT_BROKER_MAX_LINE = 65536;
+
+/** The longest silence from the broker a session holding leases accepts without keepaliveMs. */
+const DEFAULT_BOUND_MS = 5000;
 
 class Session {
   /**
@@ -64,8 +80,13 @@ class Session {
     this.connected = false; // the socket connected (for the close message)
     this.closeCause = null; // the socket error or local reason that ended it
     this.closingReason = null; // the broker's `closing` event reason, if any
-    this.lastRx = Date.now();
-    this.keepaliveTimer = null;
+    this.keepaliveMs = null; // hello's keepalive_ms, 0 for no liveness check (open() sets it)
+    this.ttls = new Map(); // ttl -> how many held leases have it (liveness)
+    this.lastRx = performance.now(); // when the broker last sent anything
+    this.lastTx = this.lastRx; // when we last wrote
+    this.lastPing = -Infinity; // a ping is in flight while lastPing > lastRx
+    this.liveTimer = null;
+    this.liveAt = Infinity; // when liveTimer fires
     this.refed = true;
 
     this.socket = net.connect(connectArgs(addr));
@@ -88,10 +109,11 @@ class Session {
    * session is then closed. Without a secret in hello, UnauthorizedError
    * still opens the session (info null): ping works, the rest is refused.
    * @param {object} hello  the hello request's fields (wire names)
-   * @param {object} o      {timeoutMs, keepaliveMs}
+   * @param {object} o      {timeoutMs, keepaliveMs (null: the default bound; 0: no liveness check)}
    * @returns {Promise<Session>}
    */
   open(hello, o) {
+    this.keepaliveMs = o.keepaliveMs;
     const timer = setTimeout(
       () => {
         const what = this.connected ? 'no answer to hello' : 'no connection';
@@ -106,7 +128,7 @@ class Session {
         if (ans.limits && Number.isInteger(ans.limits.max_line)) this.maxLine = ans.limits.max_line;
         this.openedAt = Date.now();
         this.setState('ready');
-        if (o.keepaliveMs) this.startKeepalive(o.keepaliveMs);
+        this.armLiveness();
         this.updateRef();
         return this;
       },
@@ -119,7 +141,7 @@ class Session {
           this.info = null;
           this.openedAt = Date.now();
           this.setState('ready');
-          if (o.keepaliveMs) this.startKeepalive(o.keepaliveMs);
+          this.armLiveness();
           this.updateRef();
           return this;
         }
@@ -179,10 +201,13 @@ class Session {
     const data = this.out.length === 1 ? this.out[0] : this.out.join('');
     this.out = [];
     this.socket.write(data);
+    this.lastTx = performance.now();
   }
 
   onData(chunk) {
-    this.lastRx = Date.now();
+    const prev = this.lastRx;
+    this.lastRx = performance.now();
+    if (this.lastPing > prev) this.armLiveness(); // a ping answered: plan the next, a third of the bound on
     let lines;
     try {
       lines = this.reader.feed(chunk);
@@ -235,16 +260,100 @@ class Session {
     }
   }
 
-  startKeepalive(keepaliveMs) {
-    const every = Math.max(100, Math.floor(keepaliveMs / 3));
-    this.keepaliveTimer = setInterval(() => {
-      if (Date.now() - this.lastRx > keepaliveMs) {
-        this.destroy(new ConnectionError(`the broker sent nothing for ${keepaliveMs} ms (keepalive)`));
-        return;
+  /* ---- liveness ---------------------------------------------------------- */
+
+  /** How long the broker may stay silent before the session gives it up (ms), or null: not watched. */
+  boundMs() {
+    const ka = this.keepaliveMs;
+    if (ka === 0) return null;
+    if (this.ttls.size > 0) {
+      let min = Infinity;
+      for (const ttl of this.ttls.keys()) if (ttl < min) min = ttl;
+      return Math.min(ka !== null ? ka : DEFAULT_BOUND_MS, min / 3);
+    }
+    return ka;
+  }
+
+  /**
+   * Counts a held lease in the bound with its TTL now (ttl), or no more
+   * (ttl null: released, lost); a shorter bound applies at once.
+   * @param {object} lease  the Lease (its _ttlCounted is this session's bookkeeping)
+   * @param {number|null} ttl
+   */
+  countTtl(lease, ttl) {
+    const old = lease._ttlCounted;
+    if (old != null) {
+      const n = this.ttls.get(old) - 1;
+      if (n > 0) this.ttls.set(old, n);
+      else this.ttls.delete(old);
+      lease._ttlCounted = null;
+    }
+    if (!Number.isInteger(ttl) || ttl <= 0) return;
+    let shrunk = true;
+    for (const t of this.ttls.keys()) if (t <= ttl) shrunk = false;
+    this.ttls.set(ttl, (this.ttls.get(ttl) || 0) + 1);
+    lease._ttlCounted = ttl;
+    if (shrunk) this.armLiveness();
+  }
+
+  /** Arms the timer for the next check if that is sooner than it is armed for. */
+  armLiveness() {
+    if (this.state !== 'ready') return;
+    const bound = this.boundMs();
+    if (bound === null) return;
+    const at = this.lastRx + bound / 3;
+    if (at < this.liveAt) this.setLiveTimer(at);
+  }
+
+  setLiveTimer(at) {
+    if (this.liveTimer !== null) clearTimeout(this.liveTimer);
+    this.liveTimer = null;
+    this.liveAt = at;
+    if (at === Infinity) return;
+    this.liveTimer = setTimeout(() => this.onLiveTimer(), Math.max(0, Math.ceil(at - performance.now())));
+    this.liveTimer.unref();
+  }
+
+  onLiveTimer() {
+    this.liveTimer = null;
+    this.liveAt = Infinity;
+    if (this.state !== 'ready') return;
+    const bound = this.boundMs();
+    if (bound !== null && performance.now() - this.lastRx >= bound) {
+      // Timers run before the loop polls the socket: after a long turn of
+      // the loop, an answer may wait unread. Look again once it was read.
+      setImmediate(() => this.checkLiveness());
+      this.liveAt = -Infinity; // no re-arm meanwhile
+      return;
+    }
+    this.checkLiveness();
+  }
+
+  /** Gives up a silent broker, pings a quiet one, and arms the timer for the next check. */
+  checkLiveness() {
+    this.liveAt = Infinity;
+    if (this.state !== 'ready') return;
+    const bound = this.boundMs();
+    if (bound === null) return; // nothing to watch: armed again by the next lease
+    const now = performance.now();
+    const deadAt = this.lastRx + bound;
+    if (now >= deadAt) {
+      const ms = Math.round(bound);
+      this.destroy(new ConnectionError(`the broker sent nothing for ${ms} ms (keepalive: the liveness bound)`));
+      return;
+    }
+    let at = deadAt;
+    if (this.lastPing <= this.lastRx) {
+      let pingAt = this.lastRx + bound / 3;
+      if (this.keepaliveMs) pingAt = Math.min(pingAt, this.lastTx + this.keepaliveMs / 3);
+      if (now >= pingAt) {
+        this.lastPing = now;
+        this.start('ping', {}, { weak: true }).promise.catch(() => {});
+      } else {
+        at = Math.min(at, pingAt);
       }
-      this.start('ping', {}, { weak: true }).promise.catch(() => {});
-    }, every);
-    this.keepaliveTimer.unref();
+    }
+    this.setLiveTimer(at);
   }
 
   /** Refs the socket while it has work that must keep the process alive. */
@@ -281,8 +390,7 @@ class Session {
   onSocketClose() {
     if (this.state === 'closed') return;
     this.setState('closed');
-    if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
-    this.keepaliveTimer = null;
+    this.setLiveTimer(Infinity);
     this.out = [];
     const err = this.endError();
     const pending = [...this.pending.values()];
@@ -293,4 +401,4 @@ class Session {
   }
 }
 
-module.exports = { Session };
+module.exports = { Session, DEFAULT_BOUND_MS };
