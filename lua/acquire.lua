@@ -2,7 +2,9 @@
 -- (wait) queued in arrival order.
 -- KEYS: all seven. ARGV: the context (see context_of), then id, mode,
 -- limit (0 for a lock), ttl_ms, owner, client, max_hold_ms (0 = none),
--- wait ('1': queue when busy; 'r': Redlock, see below), fair ('1'), max_queue.
+-- wait ('1': queue when busy; 'r': Redlock, see below), fair ('1'), max_queue,
+-- and with 'r' how many acquires of the lock wait on the calling broker,
+-- this one included.
 -- Returns {1, fence, ttl_ms, hold_ms} granted (hold_ms: ms left of the
 -- max hold, 0 for none); {0, retry_ms} busy (and queued when wait); {-1, 0}
 -- conflict (held or awaited as another kind or limit); {-2, 0} the queue is
@@ -19,7 +21,10 @@
 -- that marks nothing. With either, a grant's fence is max(last + 1, floor
 -- + 1), without this master's clock: the broker proposes the same floor
 -- to every master, so when each granting master issues floor + 1 that
--- fence is on a majority already (broker/store/redlock.c).
+-- fence is on a majority already (broker/store/redlock.c). With 'r' the
+-- header also counts the broker's waiters: 'W:'..broker = "N UNTIL" (N
+-- waiting, until UNTIL ms, a few rounds' time: its rounds come at least
+-- once a second), which inspect.lua adds up.
 -- The fast path: nobody holds or awaits the lock (header without 'm' or a
 -- live solo holder, and if the header is missing, no model keys either).
 -- The request is granted as the solo holder: 3 Redis calls, 4 when the
@@ -38,7 +43,9 @@ if not hv[1] then
     local mode, limit = ARGV[8], tonumber(ARGV[9])
     if (hv[6] == 'p') ~= (mode == 'p') or tonumber(hv[7]) ~= limit then return {-1, 0} end
     if mode == 'x' or hv[6] == 'x' or (mode == 'p' and limit < 2) then
-      if ARGV[14] == 'r' then redis.call('HSET', KEYS[3], 'v', '1') end
+      if ARGV[14] == 'r' then
+        redis.call('HSET', KEYS[3], 'v', '1', 'W:' .. ARGV[2], (ARGV[17] or '1') .. ' ' .. (now_ms + 3000))
+      end
       return {0, tonumber(hv[3]) - now_ms}
     end
   end
@@ -67,6 +74,14 @@ if not hv[1] then
       redis.call('HSET', KEYS[3], 'f', f, 'o', ARGV[7], 'x', expiry, 'c', '1', 'k', ARGV[8],
                  'l', ARGV[9], 'e', deadline, 'w', ARGV[11], 'n', ARGV[12], 'r', '0', 'z', z)
       redis.call('PEXPIRE', KEYS[3], z - now_ms)
+    end
+    if ARGV[14] == 'r' then -- one of the broker's waiters less
+      local n = tonumber(ARGV[17] or '1') - 1
+      if n > 0 then
+        redis.call('HSET', KEYS[3], 'W:' .. ARGV[2], n .. ' ' .. (now_ms + 3000))
+      else
+        redis.call('HDEL', KEYS[3], 'W:' .. ARGV[2])
+      end
     end
     return {1, fence, expiry - now_ms, max_hold}
   end
@@ -146,13 +161,17 @@ end
 if place then mark_del(K.s, 'a:', 'al', id) end
 if may then
   if queued then dequeue(K, id, mode) end
+  if ARGV[a + 7] == 'r' then redlock_waiting(K, C, tonumber(ARGV[a + 10] or '1') - 1) end
   local fence, t, hold = grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
   return finish(K, C, {1, fence, t, hold}, granted)
 end
 
 local retry = look_again(C, blocked_for(list, mode, C.now_ms))
 if not wait then
-  if ARGV[a + 7] == 'r' then redis.call('HSET', K.hd, 'v', '1') end
+  if ARGV[a + 7] == 'r' then
+    redis.call('HSET', K.hd, 'v', '1')
+    redlock_waiting(K, C, tonumber(ARGV[a + 10] or '1'))
+  end
   return finish(K, C, {0, retry}, granted)
 end
 if not queued then

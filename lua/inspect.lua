@@ -5,10 +5,25 @@
 -- holders or else the queued waiters.
 local K = keys_of(KEYS)
 local now_ms = clock()
+
+-- Redlock's waiters are not queued: each broker counts its own in the
+-- header ('W:'..broker, see acquire.lua) while its rounds go on.
+local function redlock_waiters()
+  local n = 0
+  local all = redis.call('HGETALL', K.hd)
+  for k = 1, #all, 2 do
+    if string.sub(all[k], 1, 2) == 'W:' then
+      local c, u = string.match(all[k + 1], '^(%d+) (%d+)$')
+      if c and tonumber(u) > now_ms then n = n + tonumber(c) end
+    end
+  end
+  return n
+end
+
 -- A solo holder: the model is empty (see the prelude).
 local v = redis.call('HMGET', K.hd, 'f', unpack(SOLO))
 if v[2] then
-  local solo = {0, v[1] or false, 0}
+  local solo = {0, v[1] or false, redlock_waiters()}
   if tonumber(v[3]) > now_ms then
     solo[1] = tonumber(v[6])
     for _, x in ipairs({v[5], tonumber(v[3]) - now_ms, tonumber(v[4]), v[8], v[9]}) do
@@ -20,7 +35,7 @@ end
 purge(K.h, K.i, now_ms)
 purge_waiters(K, now_ms)
 local held = holders(K.h, K.i)
-local out = {0, v[1] or false, redis.call('ZCARD', K.q)}
+local out = {0, v[1] or false, redis.call('ZCARD', K.q) + redlock_waiters()}
 local head = redis.call('ZRANGE', K.q, 0, 0)[1]
 local hw = head and info_get(K.w, head)
 if hw then out[1] = hw[2] end

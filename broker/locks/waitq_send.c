@@ -236,8 +236,10 @@ void wq_withdraw_quietly(const waiter_t *w)
 	memcpy(q->lock, w->wl->name, w->wl->len);
 	lockscript_begin(&ls, w->wl->name, w->wl->len, LOCK_NKEYS, true);
 	lockscript_arg(&ls, w->id, LEASE_TOKEN_LEN);
-	/* A copy of its acquire may run after this: never granted again. */
-	lockscript_str(&ls, "g");
+	/* A copy of its acquire may run after this (a reply of it was lost):
+	 * never granted again. An error reply says the script did not run. */
+	if (w->uncertain)
+		lockscript_str(&ls, "g");
 	lockscript_retry_until(&ls, q->sent_at + (uint64_t)w->ttl_ms + LOCK_HEARTBEAT_MS +
 	                                LEASE_RELEASE_SLACK_MS);
 	if (lockscript_send(&ls, SCRIPT_WITHDRAW, on_withdrawn_quietly, q) < 0)
@@ -514,6 +516,17 @@ static void send_held(wlock_t *wl)
 	}
 }
 
+/* Redlock: the acquires of wl that still wait on this broker (its rounds
+ * count them in Redis for inspect: lua/acquire.lua). */
+static size_t waiting_on(const wlock_t *wl)
+{
+	size_t n = 0;
+
+	for (const waiter_t *k = wl->head; k; k = k->wl_next)
+		n += k->wait && k->end == WEND_NONE && k->state != W_DONE && !k->granted;
+	return n;
+}
+
 /* Sends w's acquire (for a detached one, its token -> name pointer first:
  * the token must be usable on any broker the moment the client learns it;
  * the pointer names the lock only and expires by itself). */
@@ -558,6 +571,8 @@ void wq_waiter_send_now(waiter_t *w)
 		lockscript_str(&ls, store_redlock() ? (w->wait ? "r" : "R") : w->wait ? "1" : "0");
 		lockscript_str(&ls, w->fair ? "1" : "0");
 		lockscript_int(&ls, server.cfg->max_queue);
+		if (store_redlock() && w->wait)
+			lockscript_int(&ls, (int64_t)waiting_on(w->wl)); /* inspect counts them */
 		/* A try is repeatable (the script knows its id): after a lost
 		 * reply it is sent again for a while. A waiting acquire is
 		 * resent by its lock's heartbeat instead. */

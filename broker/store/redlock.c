@@ -442,7 +442,7 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 {
 	int answered = count_state(c, LEG_OK), pending = count_state(c, LEG_PENDING);
 	int holding = 0, pick = -1, any = -1;
-	int64_t fence = -1, held_fence[REDLOCK_MASTERS_MAX];
+	int64_t fence = -1, held_fence[REDLOCK_MASTERS_MAX], waiters = 0;
 	char fs[24];
 
 	if (pending > 0 && !timed_out) {
@@ -458,6 +458,10 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 			continue;
 		if (inspect_fence(r) > fence)
 			fence = inspect_fence(r);
+		/* Each broker counts its waiters on every master its rounds
+		 * reach: the most any master counts (lua/inspect.lua). */
+		if (r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer > waiters)
+			waiters = r->element[2]->integer;
 		any = any < 0 ? i : any;
 		R.inspected[i] = r->elements >= 8;
 	}
@@ -489,7 +493,7 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 		/* Held nowhere, or on too few masters to count. */
 		int_reply_t b;
 		redisReply f = {.type = REDIS_REPLY_NIL};
-		const redisReply *out = ints(&b, 3, 0, 0, 0, 0);
+		const redisReply *out = ints(&b, 3, 0, 0, waiters, 0);
 
 		if (fence >= 0)
 			f = (redisReply){.type = REDIS_REPLY_STRING, .str = fs, .len = strlen(fs)};
@@ -514,6 +518,8 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 		f->type = REDIS_REPLY_STRING;
 		f->len = strlen(fs);
 		f->str = dup_bytes(fs, f->len);
+		if (c->copy[pick]->element[2]->type == REDIS_REPLY_INTEGER)
+			c->copy[pick]->element[2]->integer = waiters;
 		deliver(c, c->copy[pick]);
 	}
 	R.inspecting = false;

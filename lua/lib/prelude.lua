@@ -441,6 +441,16 @@ local function redlock_wake(K, C)
   end
 end
 
+-- Redlock: the calling broker has n acquires of the lock waiting (see
+-- acquire.lua): counted in the header for a few rounds' time.
+local function redlock_waiting(K, C, n)
+  if n > 0 then
+    redis.call('HSET', K.hd, 'W:' .. C.broker, n .. ' ' .. (C.now_ms + 3000))
+  else
+    redis.call('HDEL', K.hd, 'W:' .. C.broker)
+  end
+end
+
 -- See "Waking" above.
 local REWAKE_MS = 300
 local DEAF_GRACE_MS = 900

@@ -200,6 +200,48 @@ RL_TEST(redlock_fields, max_hold_ends_before_the_drift_allows_a_master_to_free_i
 	lb_end();
 }
 
+/* 2c. inspect counts Redlock's waiters (issue 26, point 14): they are not
+ * queued in Redis, but each broker's rounds count its own on every master
+ * (lua/acquire.lua), and inspect adds them up: two on one broker and one
+ * on another make 3. One cancelled is no longer counted a few rounds
+ * later; once the holder releases and they are granted in turn, none is.
+ * Before the fix inspect said 0 whatever waited. */
+RL_TEST(redlock_fields, inspect_counts_the_waiters, 60)
+{
+	lb_redis *m[3];
+	const char *name = "rl-waiters";
+
+	rl_masters_start(m, 3);
+	lb_broker *a = lb_broker_start_redlock(m, 3, NULL), *b = lb_broker_start_redlock(m, 3, NULL);
+	lb_client *h = lb_connect(a, LB_TCP), *w[3] = {lb_connect(a, LB_TCP), lb_connect(a, LB_UNIX),
+	                                                lb_connect(b, LB_TCP)};
+	lb_client *o = lb_connect(b, LB_UNIX);
+	const char *lease = lb_must_acquire(h, name, 10000);
+	json_t *id[3];
+
+	for (int k = 0; k < 3; k++)
+		id[k] = lb_acq_send(w[k], name, LB_AO(.wait_ms = 30000, .ttl_ms = 10000));
+	lb_wait_waiters(o, name, 3, 5000);
+	json_t *in = lb_inspect(o, name);
+	cr_assert_eq(lb_int(in, "waiters"), 3, "%s", lb_dump(in));
+	lb_expect_ok(lb_call(w[1], "{s:s, s:O}", "op", "cancel", "target", id[1]));
+	lb_expect_err(lb_wait_response(w[1], id[1], 3000), "cancelled");
+	lb_wait_waiters(o, name, 2, 5000);
+	cr_assert_eq(lb_release(h, lease), 0);
+	for (int round = 0; round < 2; round++) {
+		bool pend[3] = {id[0] != NULL, false, id[2] != NULL};
+		json_t *g = NULL;
+		int got = lb_read_any(w, pend, 3, 15000, &g);
+		lb_expect_ok(g);
+		if (round == 0)
+			lb_wait_waiters(o, name, 1, 5000); /* the other still waits */
+		lb_release(w[got], lb_str(g, "lease"));
+		id[got] = NULL;
+	}
+	lb_wait_waiters(o, name, 0, 5000);
+	lb_end();
+}
+
 /* 3. A waiter times out by its wait_ms, another is cancelled; neither's
  * rounds leave anything behind: once the holder releases, no master
  * shows a holder, and the waiter's session holds nothing. */
