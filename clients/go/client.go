@@ -5,8 +5,8 @@ package lockbroker
 // about one lease (ping, stats, inspect, leases, by-token release and
 // extend, and Do for any other op).
 //
-// Locking order: Client.mu before session.mu and before Lease.mu; no other
-// lock is held while taking one.
+// Locking order: Client.mu before Lease.mu before session.mu (liveness.go);
+// no other lock is held while taking one.
 
 import (
 	"context"
@@ -213,6 +213,9 @@ func (c *Client) grant(s *session, cl *call, r *reply) *Lease {
 	}
 	l := newLease(c, s, cl, r)
 	c.leases[r.Lease] = l
+	if !l.detached {
+		s.track(l, l.ttl) // the liveness bound follows it from now on
+	}
 	return l
 }
 

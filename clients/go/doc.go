@@ -31,6 +31,10 @@
 //     "disconnected") before any request pending on that connection fails,
 //     and its token is never sent again. Detached leases survive (the broker
 //     keeps them) and are released or extended through the next session.
+//   - While a session holds a lease, the client drops it when the broker has
+//     been silent for longer than a third of the shortest TTL held (at most
+//     the keepalive, or DefaultLivenessBound): its leases are then lost
+//     ("disconnected") before Redis can give them away (WithLivenessCheck).
 //   - The client reconnects only when a new request needs a connection, at
 //     most once per backoff step; a request whose connection drops fails
 //     with ErrDisconnected and is not re-sent.

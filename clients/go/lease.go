@@ -146,6 +146,9 @@ func (l *Lease) lose(reason string, cause error) {
 	}
 	l.state = leaseLost
 	l.err = &LostError{Lock: l.name, Reason: reason, Cause: cause}
+	if l.sess != nil {
+		l.sess.untrack(l)
+	}
 	l.mu.Unlock()
 	// Err first, then the context, then Lost(): whoever sees Lost() closed
 	// finds the context cancelled too.
@@ -167,6 +170,9 @@ func (l *Lease) setCount(n int) {
 	}
 	l.state = leaseReleased
 	l.err = ErrReleased
+	if l.sess != nil {
+		l.sess.untrack(l)
+	}
 	l.mu.Unlock()
 	l.cancel()
 	l.c.unlinkLease(l)
@@ -259,7 +265,15 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) (time.Duration, e
 	if err := s.roundTrip(ctx, cl, body); err != nil {
 		return 0, l.settle(err)
 	}
-	return time.Duration(cl.r.TTLMs) * time.Millisecond, nil
+	ttl = time.Duration(cl.r.TTLMs) * time.Millisecond
+	l.mu.Lock()
+	if l.state == leaseHeld && !l.detached && l.sess != nil {
+		// the broker renews it every ttl/3 from now on: the liveness
+		// bound follows
+		l.sess.track(l, ttl)
+	}
+	l.mu.Unlock()
+	return ttl, nil
 }
 
 // Lock acquires the lock name and returns its lease. By default it waits

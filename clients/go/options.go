@@ -15,6 +15,10 @@ const (
 	DefaultDialTimeout = 5 * time.Second
 	DefaultBackoffMin  = 50 * time.Millisecond
 	DefaultBackoffMax  = 2 * time.Second
+	// DefaultLivenessBound is the longest silence of the broker that the
+	// liveness check tolerates while a lease is held, when no keepalive is
+	// given (see WithLivenessCheck).
+	DefaultLivenessBound = 5 * time.Second
 )
 
 // Option configures a Client (see Dial).
@@ -26,6 +30,7 @@ type clientOptions struct {
 	authFile    string
 	client      string
 	keepalive   time.Duration
+	liveness    bool
 	dialTimeout time.Duration
 	backoffMin  time.Duration
 	backoffMax  time.Duration
@@ -34,6 +39,7 @@ type clientOptions struct {
 func defaultClientOptions() clientOptions {
 	return clientOptions{
 		client:      defaultLabel(),
+		liveness:    true,
 		dialTimeout: DefaultDialTimeout,
 		backoffMin:  DefaultBackoffMin,
 		backoffMax:  DefaultBackoffMax,
@@ -74,9 +80,30 @@ func WithClientName(label string) Option {
 // session when it hears nothing from the client for d (500ms..10m), and the
 // client pings every d/3 and drops the connection (its leases then lost,
 // reason "disconnected") when a ping is not answered within d. Off by
-// default.
+// default. With it, d is also the longest silence the client's liveness
+// check tolerates while a lease is held (instead of DefaultLivenessBound),
+// and the client pings even while it holds no lease.
 func WithKeepalive(d time.Duration) Option {
 	return func(o *clientOptions) { o.keepalive = d }
+}
+
+// WithLivenessCheck turns the client's own liveness check of the broker on
+// (the default) or off. While the session holds a lease (one bound to it:
+// not Detach), the client treats a broker it has heard nothing from for
+// longer than a bound as gone: it drops the connection, so every lease of
+// the session is lost (reason "disconnected"), before Redis can give a
+// lock to someone else. The bound is a third of the shortest TTL among the
+// session's leases (the broker renews every TTL/3, and Redis frees a lock a
+// TTL after its last renewal), and at most the keepalive (WithKeepalive) or
+// DefaultLivenessBound; it shrinks as soon as a lease with a shorter TTL is
+// granted or extended, and relaxes when that lease ends. The client pings
+// every third of the bound to hear from the broker (any line counts). A
+// session without such a lease is not checked and not pinged (unless
+// WithKeepalive asks for it). Turned off, a frozen broker (its socket still
+// open) leaves the client believing it holds its leases until the broker
+// runs again or closes the connection.
+func WithLivenessCheck(on bool) Option {
+	return func(o *clientOptions) { o.liveness = on }
 }
 
 // WithDialTimeout bounds each connect, hello included (default 5s).

@@ -11,6 +11,10 @@ package lockbroker
 // buffer out, so concurrent requests leave in few writes (write combining,
 // no writer goroutine).
 //
+// A third goroutine, the monitor (liveness.go), pings the broker and drops
+// the connection when the broker stays silent too long; it runs while the
+// session lives if the liveness check or keepalive is on.
+//
 // Invariants: a call is in pending from its registration until the reader
 // answers it or teardown fails it, and its done channel is closed exactly
 // once, by the reader goroutine. teardown runs once, on the reader
@@ -28,6 +32,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -77,6 +82,13 @@ type session struct {
 	spare    []byte
 	flushing bool
 
+	// For the monitor (liveness.go): when bytes last came from the broker
+	// and were last written to it, as durations since t0 (monotonic).
+	t0        time.Time
+	lastRecv  atomic.Int64
+	lastWrite atomic.Int64
+	kick      chan struct{} // the bound may have changed (capacity 1)
+
 	mu      sync.Mutex
 	pending map[int64]*call
 	lastID  int64
@@ -85,6 +97,11 @@ type session struct {
 	cause   error  // why the client dropped the connection, if it did
 	closing string // reason of the broker's "closing" event
 	done    chan struct{}
+	// The leases bound to the session that the liveness check protects,
+	// with the TTL each was last given (0: unknown), and how many have each
+	// TTL: the bound follows the shortest.
+	held     map[*Lease]time.Duration
+	ttlCount map[time.Duration]int
 }
 
 // connect dials the broker and passes hello. The session is not started.
@@ -128,13 +145,17 @@ func (c *Client) connect() (*session, error) {
 		return nil, &connError{url: c.url, cause: err}
 	}
 	s := &session{
-		c:       c,
-		conn:    conn,
-		br:      bufio.NewReaderSize(conn, 64<<10),
-		maxLine: 65536,
-		pending: make(map[int64]*call),
-		done:    make(chan struct{}),
+		c:        c,
+		conn:     conn,
+		maxLine:  65536,
+		t0:       time.Now(),
+		kick:     make(chan struct{}, 1),
+		pending:  make(map[int64]*call),
+		done:     make(chan struct{}),
+		held:     make(map[*Lease]time.Duration),
+		ttlCount: make(map[time.Duration]int),
 	}
+	s.br = bufio.NewReaderSize(stampReader{s}, 64<<10)
 	if err := s.hello(body, hello.Auth != nil, deadline); err != nil {
 		conn.Close()
 		return nil, err
@@ -188,11 +209,12 @@ func (s *session) hello(body []byte, withSecret bool, deadline time.Time) error 
 	}
 }
 
-// start launches the reader (and the pinger with keepalive).
+// start launches the reader, and the monitor when the liveness check or
+// keepalive is on.
 func (s *session) start() {
 	go s.readLoop()
-	if ka := s.c.opts.keepalive; ka > 0 {
-		go s.keepalive(ka)
+	if s.c.opts.liveness || s.c.opts.keepalive > 0 {
+		go s.monitor()
 	}
 }
 
@@ -255,6 +277,9 @@ func (s *session) write(line []byte) {
 		s.wbuf = s.spare[:0]
 		s.wmu.Unlock()
 		_, err := s.conn.Write(buf)
+		if err == nil {
+			s.lastWrite.Store(int64(s.since()))
+		}
 		s.wmu.Lock()
 		s.spare = buf[:0]
 		if err != nil {
@@ -396,26 +421,4 @@ func (s *session) teardown(readErr error) {
 		close(cl.done)
 	}
 	close(s.done)
-}
-
-// keepalive pings every ka/3 and drops the connection when a ping is not
-// answered within ka.
-func (s *session) keepalive(ka time.Duration) {
-	t := time.NewTicker(ka / 3)
-	defer t.Stop()
-	body, _ := json.Marshal(opReq{Op: "ping"})
-	for {
-		select {
-		case <-s.done:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), ka)
-		err := s.roundTrip(ctx, &call{op: "ping"}, body)
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) {
-			s.fail(fmt.Errorf("keepalive: no answer to ping within %v", ka))
-			return
-		}
-	}
 }
