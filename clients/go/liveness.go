@@ -24,8 +24,10 @@ package lockbroker
 // The bound is kept in session.held / ttlCount (guarded by session.mu):
 // leases are added at their grant (on the reader goroutine, before the next
 // line is read) and when Extend gives them a new TTL, and removed when they
-// are lost or released; every change kicks the monitor, which recomputes
-// the bound at once, so the first lease's bound applies from its grant on.
+// are lost or released. An addition that shrinks the bound (or starts the
+// check) kicks the monitor, which recomputes it at once, so the first
+// lease's bound applies from its grant on; a removal only relaxes it, which
+// the monitor finds at its next wake-up (at most a third of the old bound).
 // Without a lease (and without keepalive) the monitor sleeps until kicked
 // or the session ends: an idle session is never pinged. The monitor ends
 // with the session (s.done), its timer with it.
@@ -74,22 +76,21 @@ func (s *session) track(l *Lease, ttl time.Duration) {
 	}
 	s.held[l] = ttl
 	s.ttlCount[ttl]++
+	shrinks := s.curBound == 0 || (ttl > 0 && ttl/3 < s.curBound)
 	s.mu.Unlock()
-	s.wake()
+	if shrinks {
+		s.wake()
+	}
 }
 
 // untrack forgets a lease that ended. Called with l.mu held.
 func (s *session) untrack(l *Lease) {
 	s.mu.Lock()
-	old, ok := s.held[l]
-	if ok {
+	if old, ok := s.held[l]; ok {
 		delete(s.held, l)
 		s.uncount(old)
 	}
 	s.mu.Unlock()
-	if ok {
-		s.wake()
-	}
 }
 
 func (s *session) uncount(ttl time.Duration) {
@@ -98,15 +99,19 @@ func (s *session) uncount(ttl time.Duration) {
 	}
 }
 
-// bound is the longest silence of the broker tolerated now, 0 for none.
+// bound is the longest silence of the broker tolerated now, 0 for none;
+// it is also kept in curBound, under the same lock as the leases, so that
+// track knows whether a new lease shrinks it.
 func (s *session) bound() time.Duration {
-	ka := s.c.opts.keepalive
-	if !s.c.opts.liveness {
-		return ka
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.held) == 0 {
+	s.curBound = s.computeBound()
+	return s.curBound
+}
+
+func (s *session) computeBound() time.Duration {
+	ka := s.c.opts.keepalive
+	if !s.c.opts.liveness || len(s.held) == 0 {
 		return ka
 	}
 	b := ka

@@ -60,6 +60,12 @@ func TestLivenessFrozenBroker(t *testing.T) {
 		}
 	}
 
+	// A live broker keeps the lease held: the pings are answered.
+	time.Sleep(ttl / 2)
+	if err := l.Err(); err != nil {
+		t.Fatalf("lost while the broker ran: %v", err)
+	}
+
 	// Registered after startBroker's kill, so it runs before it.
 	t.Cleanup(func() { proc.Signal(syscall.SIGCONT) })
 	if err := proc.Signal(syscall.SIGSTOP); err != nil {
@@ -191,6 +197,10 @@ func TestLivenessBoundFollowsShortestTTL(t *testing.T) {
 		l, err := c.Lock(ctx, "a", TTL(600*time.Millisecond)) // bound 200ms
 		if err != nil {
 			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		if err := l.Err(); err != nil {
+			t.Fatalf("lost while the broker answered: %v", err)
 		}
 		if d := f.lostWithin(t, l, 10*time.Second); d > 1200*time.Millisecond {
 			t.Errorf("lost %v after the broker went mute, with a bound of 200ms", d)

@@ -87,7 +87,7 @@ type session struct {
 	t0        time.Time
 	lastRecv  atomic.Int64
 	lastWrite atomic.Int64
-	kick      chan struct{} // the bound may have changed (capacity 1)
+	kick      chan struct{} // the bound may have shrunk (capacity 1)
 
 	mu      sync.Mutex
 	pending map[int64]*call
@@ -102,6 +102,7 @@ type session struct {
 	// TTL: the bound follows the shortest.
 	held     map[*Lease]time.Duration
 	ttlCount map[time.Duration]int
+	curBound time.Duration // the bound the monitor last computed (0: none)
 }
 
 // connect dials the broker and passes hello. The session is not started.
