@@ -1,7 +1,8 @@
 /*
  * client.c - one client, one connection: sessions (connect, hello,
  * teardown, reconnect with backoff), requests and their answers, events,
- * the keepalive pinger, lbc_poll and lbc_close.
+ * the liveness thread (the client's check that the broker is alive, and
+ * the keepalive pings), lbc_poll and lbc_close.
  *
  * Threads. Any number of threads may call one client. A request is
  * registered (an lbc_pending_t on the caller's stack, in c->pending) before
@@ -16,7 +17,27 @@
  *
  * Locks: mu guards all state; wmu serialises writes so that lines never
  * interleave. Nobody holds mu across I/O. Lock order: wmu, then mu (only
- * the write path holds wmu, and it takes mu after releasing wmu).
+ * the write path holds wmu, and it takes mu after releasing wmu); the
+ * liveness thread only try-locks wmu under mu, which cannot block.
+ *
+ * Liveness. A broker that freezes with its socket open stops renewing its
+ * leases, and Redis frees each lock a TTL after its last renewal (the
+ * broker renews every TTL/3), while the holder hears nothing. So, while
+ * the session holds a lease bound to it, a broker silent for longer than
+ * bound = min(shortest TTL held / 3, keepalive_ms or LBC_LIVENESS_DEFAULT_MS)
+ * ends the session (its leases lost, "disconnected") before Redis can give
+ * a lock away. That must work while the program does not call the library
+ * (lockctl run waits in poll(); a program works while it holds a lock), so
+ * it is a thread of the client's (monitor_main), started at the first
+ * acquire of a bound lease (or at connect with keepalive_ms), ended by
+ * lbc_close, with every signal blocked. It pings when it has heard nothing
+ * for bound / 3 (and, with keepalive_ms, when nothing was written for a
+ * third of it), takes the reader role when nobody holds it to hear the
+ * answer (any byte counts: last_recv), and tears the session down at
+ * last_recv + bound. Without a lease (and keepalive) it sleeps: an idle
+ * session is not pinged. The bound is recomputed when the leases change
+ * (bound_dirty; a grant wakes the thread, so the first lease's bound
+ * applies at once).
  *
  * Sessions. state is DOWN, CONNECTING (one thread connects, without the
  * lock, on a socket nobody else sees yet), UP or CLOSED; gen numbers the
@@ -35,6 +56,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,12 +75,14 @@ typedef struct qevent {
 struct lbc_client {
 	pthread_mutex_t mu;
 	pthread_mutex_t wmu;
-	pthread_cond_t cv; /* state changes, dead fd closed, keepalive wake-up */
+	pthread_cond_t cv; /* state changes, dead fd closed */
+	pthread_cond_t mon_cv; /* wakes the liveness thread */
 
 	/* configuration, fixed by lbc_connect */
 	lbc_addr_t addr;
 	char *auth, *auth_file, *label;
 	int keepalive_ms, connect_timeout_ms, request_timeout_ms;
+	bool liveness;        /* the client-side check (liveness_check not off) */
 	void (*on_event)(void *, const lbc_event_t *);
 	void *event_arg;
 
@@ -75,7 +99,13 @@ struct lbc_client {
 	lbc_pending_t *pending;
 	lbc_lease_t *leases;
 	int lost_unpolled;    /* handles marked lost since the last lbc_poll */
-	int64_t last_write;   /* for the keepalive pinger */
+	int64_t last_write;   /* when we last wrote (keepalive pings) */
+	int64_t last_recv;    /* when bytes last came from the broker */
+	int64_t last_ping;    /* when the liveness thread last pinged */
+	bool bound_dirty;     /* the leases changed: held and min_ttl are stale */
+	int held;             /* bound leases of the session, not lost */
+	int64_t min_ttl;      /* their shortest known TTL (0: none known) */
+	int64_t cur_bound;    /* the bound the liveness thread last computed */
 
 	/* reconnect backoff */
 	int64_t next_attempt;
@@ -87,8 +117,8 @@ struct lbc_client {
 	qevent_t *evq, *evq_tail;
 	bool delivering;
 
-	pthread_t ka;
-	bool ka_started;
+	pthread_t mon;        /* the liveness thread */
+	bool mon_started;
 };
 
 static void *xcalloc(size_t n, size_t sz)
@@ -198,7 +228,33 @@ static void unlink_pending(lbc_client_t *c, lbc_pending_t *p)
 		}
 }
 
-/* Gives the reader role to a thread that waits, if nobody reads. */
+static void wake_monitor_locked(lbc_client_t *c)
+{
+	if (c->mon_started)
+		pthread_cond_signal(&c->mon_cv);
+}
+
+/* The leases changed: the liveness bound is computed again at the
+ * thread's next wake-up. A lease that ended can only relax it, which may
+ * wait; one held with ttl_ms (0: unknown) wakes the thread when the bound
+ * must shrink now (or the check start). */
+static void bound_changed_locked(lbc_client_t *c, bool held, int64_t ttl_ms)
+{
+	c->bound_dirty = true;
+	if (held && c->liveness && (c->cur_bound == 0 || (ttl_ms > 0 && ttl_ms / 3 < c->cur_bound)))
+		wake_monitor_locked(c);
+}
+
+void lbc_bound_changed(lbc_client_t *c, int64_t ttl_ms)
+{
+	lbc_lock(c);
+	bound_changed_locked(c, true, ttl_ms);
+	lbc_unlock(c);
+}
+
+/* Gives the reader role to a thread that waits, if nobody reads (the
+ * liveness thread, when no caller waits: it may be waiting for a sign of
+ * life that now nobody would read). */
 static void handoff_locked(lbc_client_t *c)
 {
 	if (c->reading)
@@ -208,6 +264,8 @@ static void handoff_locked(lbc_client_t *c)
 			pthread_cond_signal(&p->cv);
 			return;
 		}
+	if (c->last_ping > c->last_recv)
+		wake_monitor_locked(c);
 }
 
 /* Wakes the lbc_poll waiters (pending id 0). */
@@ -275,7 +333,9 @@ void lbc_deliver_events(lbc_client_t *c)
 		return;
 	}
 	c->delivering = true;
-	while (c->evq) {
+	/* none once lbc_close began: the liveness thread would be delivering
+	 * "the client was closed" to a program that is closing the client */
+	while (c->evq && c->state != ST_CLOSED) {
 		qevent_t *q = c->evq;
 		c->evq = q->next;
 		if (c->evq == NULL)
@@ -298,6 +358,7 @@ static int mark_one_locked(lbc_client_t *c, lbc_lease_t *l, lbc_lost_reason r)
 	if (!atomic_compare_exchange_strong(&l->lost, &expected, (int)r))
 		return 0;
 	c->lost_unpolled++;
+	bound_changed_locked(c, false, 0);
 	return 1;
 }
 
@@ -320,6 +381,8 @@ void lbc_link_lease_locked(lbc_client_t *c, lbc_lease_t *l)
 	if (c->leases)
 		c->leases->prev = l;
 	c->leases = l;
+	if (!l->detached)
+		bound_changed_locked(c, true, atomic_load(&l->ttl_ms));
 }
 
 void lbc_unlink_lease_locked(lbc_lease_t *l)
@@ -335,6 +398,7 @@ void lbc_unlink_lease_locked(lbc_lease_t *l)
 	if (l->next)
 		l->next->prev = l->prev;
 	l->prev = l->next = NULL;
+	bound_changed_locked(c, false, 0);
 }
 
 /* ---- the end of a session ------------------------------------------------------ */
@@ -368,6 +432,8 @@ static int teardown_locked(lbc_client_t *c, lbc_lost_reason r, lbc_status st, co
 	queue_event_locked(c, LBC_EVENT_DISCONNECTED, "disconnected", NULL, NULL, msg, 0, NULL, 0);
 	wake_pollers_locked(c);
 	pthread_cond_broadcast(&c->cv);
+	c->bound_dirty = true;
+	wake_monitor_locked(c);
 	close_dead_locked(c);
 	return marked;
 }
@@ -510,6 +576,7 @@ static void read_once(lbc_client_t *c, int64_t deadline, int extra_fd)
 	c->reading = false;
 	if (c->state == ST_UP && c->gen == gen) {
 		if (got > 0) {
+			c->last_recv = lbc_now_ms(); /* a sign of life */
 			if (c->rlen + (size_t)got > c->rcap) {
 				size_t cap = c->rcap ? c->rcap : 16384;
 				while (cap < c->rlen + (size_t)got)
@@ -781,8 +848,11 @@ static lbc_status ensure_session_locked(lbc_client_t *c, bool single_attempt, lb
 			c->info = info;
 			c->backoff_ms = 0;
 			c->next_attempt = 0;
-			c->last_write = lbc_now_ms();
+			c->last_write = c->last_recv = lbc_now_ms();
+			c->last_ping = 0;
 			c->rlen = 0;
+			c->bound_dirty = true;
+			wake_monitor_locked(c);
 			if (rest) {
 				free(c->rbuf);
 				c->rbuf = rest;
@@ -864,8 +934,8 @@ static int wait_answer_locked(lbc_client_t *c, lbc_pending_t *p, int64_t deadlin
 	return rc;
 }
 
-/* Writes w on the session p was registered on. Lock held on entry and exit. */
-static void write_locked(lbc_client_t *c, lbc_pending_t *p, const lbc_jw_t *w, int64_t deadline)
+/* Writes w on session gen (the current one). Lock held on entry and exit. */
+static void write_locked(lbc_client_t *c, uint64_t gen, const lbc_jw_t *w, int64_t deadline)
 {
 	int fd = c->fd, e;
 
@@ -877,7 +947,7 @@ static void write_locked(lbc_client_t *c, lbc_pending_t *p, const lbc_jw_t *w, i
 	lbc_lock(c);
 	c->writers--;
 	c->last_write = lbc_now_ms();
-	if (e && c->state == ST_UP && c->gen == p->gen) {
+	if (e && c->state == ST_UP && c->gen == gen) {
 		char m[128];
 		snprintf(m, sizeof(m), "writing to the broker: %s", strerror(e));
 		teardown_locked(c, LBC_LOST_DISCONNECTED, LBC_DISCONNECTED, m);
@@ -916,7 +986,7 @@ lbc_status lbc_call(lbc_client_t *c, lbc_pending_t *p, lbc_jw_t *w, int64_t time
 	p->gen = c->gen;
 	link_pending(c, p);
 	wdeadline = lbc_request_timeout(c) < 0 ? -1 : lbc_now_ms() + lbc_request_timeout(c);
-	write_locked(c, p, w, wdeadline);
+	write_locked(c, p->gen, w, wdeadline);
 	deadline = timeout_ms < 0 ? -1 : lbc_now_ms() + timeout_ms;
 	rc = wait_answer_locked(c, p, deadline, cancel, cancel ? lbc_cancel_rfd(cancel) : -1);
 	if (rc == W_CANCEL && (p->done || c->state != ST_UP || c->gen != p->gen)) {
@@ -936,7 +1006,7 @@ lbc_status lbc_call(lbc_client_t *c, lbc_pending_t *p, lbc_jw_t *w, int64_t time
 		q.gen = p->gen;
 		link_pending(c, &q);
 		int64_t d2 = lbc_request_timeout(c) < 0 ? -1 : lbc_now_ms() + lbc_request_timeout(c);
-		write_locked(c, &q, &cw, d2);
+		write_locked(c, q.gen, &cw, d2);
 		lbc_jw_free(&cw);
 		rc = wait_answer_locked(c, p, d2, NULL, -1);
 		if (rc == W_ANSWERED)
@@ -965,7 +1035,7 @@ lbc_status lbc_call(lbc_client_t *c, lbc_pending_t *p, lbc_jw_t *w, int64_t time
 
 /* ---- the client ------------------------------------------------------------------------ */
 
-static void *keepalive_main(void *arg);
+static void *monitor_main(void *arg);
 
 static void default_label(char *buf, size_t len)
 {
@@ -1009,6 +1079,11 @@ lbc_client_t *lbc_connect(const char *url, const lbc_options_t *opts, lbc_error_
 		lbc_set_error(err, LBC_INVALID_ARGUMENT, "keepalive_ms must be 0 or 500..600000");
 		return NULL;
 	}
+	if (o.liveness_check < LBC_OFF || o.liveness_check > LBC_ON) {
+		lbc_set_error(err, LBC_INVALID_ARGUMENT,
+		              "liveness_check must be LBC_DEFAULT, LBC_ON or LBC_OFF");
+		return NULL;
+	}
 	if (o.connect_timeout_ms < 0) {
 		lbc_set_error(err, LBC_INVALID_ARGUMENT, "connect_timeout_ms must be >= 0");
 		return NULL;
@@ -1029,11 +1104,13 @@ lbc_client_t *lbc_connect(const char *url, const lbc_options_t *opts, lbc_error_
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->wmu, NULL);
 	init_cond(&c->cv);
+	init_cond(&c->mon_cv);
 	c->addr = addr;
 	c->auth = xstrdup(o.auth);
 	c->auth_file = xstrdup(o.auth_file);
 	c->label = xstrdup(label);
 	c->keepalive_ms = o.keepalive_ms;
+	c->liveness = o.liveness_check != LBC_OFF;
 	c->connect_timeout_ms = o.connect_timeout_ms ? o.connect_timeout_ms : 5000;
 	c->request_timeout_ms = o.request_timeout_ms ? o.request_timeout_ms : 10000;
 	c->on_event = o.on_event;
@@ -1050,45 +1127,159 @@ lbc_client_t *lbc_connect(const char *url, const lbc_options_t *opts, lbc_error_
 		lbc_close(c);
 		return NULL;
 	}
-	if (c->keepalive_ms > 0) {
-		if (pthread_create(&c->ka, NULL, keepalive_main, c) != 0) {
-			lbc_set_error(err, LBC_IO, "cannot start the keepalive thread");
-			lbc_close(c);
-			return NULL;
-		}
-		c->ka_started = true;
+	if (c->keepalive_ms > 0 && lbc_liveness_start(c, err) != LBC_OK) {
+		lbc_close(c);
+		return NULL;
 	}
 	return c;
 }
 
-/* Pings whenever nothing was written for a third of keepalive_ms; a ping
- * unanswered within keepalive_ms drops the session (lbc_call does). It
- * never connects: the next call of the application does. */
-static void *keepalive_main(void *arg)
+lbc_status lbc_liveness_start(lbc_client_t *c, lbc_error_t *err)
+{
+	sigset_t all, old;
+	int r = 0;
+
+	lbc_lock(c);
+	if (!c->mon_started && c->state != ST_CLOSED && (c->liveness || c->keepalive_ms > 0)) {
+		/* every signal blocked in the thread: they are the program's */
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		r = pthread_create(&c->mon, NULL, monitor_main, c);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		c->mon_started = r == 0;
+	}
+	lbc_unlock(c);
+	if (r != 0)
+		return lbc_set_errorf(err, LBC_IO, "cannot start the client's liveness thread: %s",
+		                      strerror(r));
+	return LBC_OK;
+}
+
+/* The longest silence of the broker tolerated now (ms), 0 for none. */
+static int64_t bound_locked(lbc_client_t *c)
+{
+	int64_t b;
+
+	if (!c->liveness)
+		return c->cur_bound = c->keepalive_ms;
+	if (c->bound_dirty) {
+		c->held = 0;
+		c->min_ttl = 0;
+		for (lbc_lease_t *l = c->leases; l; l = l->next) {
+			int64_t ttl = atomic_load(&l->ttl_ms);
+			if (l->gen != c->gen || l->detached || atomic_load(&l->lost) != LBC_LOST_NONE)
+				continue;
+			c->held++;
+			if (ttl > 0 && (c->min_ttl == 0 || ttl < c->min_ttl))
+				c->min_ttl = ttl;
+		}
+		c->bound_dirty = false;
+	}
+	if (c->held == 0)
+		return c->cur_bound = c->keepalive_ms;
+	b = c->keepalive_ms > 0 ? c->keepalive_ms : LBC_LIVENESS_DEFAULT_MS;
+	if (c->min_ttl > 0 && c->min_ttl / 3 < b)
+		b = c->min_ttl / 3;
+	return c->cur_bound = b > 0 ? b : 1;
+}
+
+/* The liveness thread's ping. Nobody waits for its answer (its id is no
+ * pending request's: dispatch drops it); the bytes are the sign of life.
+ * Returns false, sending nothing, while another thread writes (try again
+ * shortly): the lock is never held while waiting for wmu. */
+static bool send_ping_locked(lbc_client_t *c, int64_t deadline)
+{
+	char line[64];
+	int fd = c->fd, e, n;
+	uint64_t gen = c->gen;
+
+	if (pthread_mutex_trylock(&c->wmu) != 0)
+		return false;
+	n = snprintf(line, sizeof(line), "{\"id\":%lld,\"op\":\"ping\"}\n",
+	             (long long)lbc_next_id(c));
+	c->writers++;
+	c->last_ping = lbc_now_ms();
+	lbc_unlock(c);
+	e = lbc_sock_write(fd, line, (size_t)n, deadline);
+	pthread_mutex_unlock(&c->wmu);
+	lbc_lock(c);
+	c->writers--;
+	c->last_write = lbc_now_ms();
+	if (e && c->state == ST_UP && c->gen == gen) {
+		char m[128];
+		snprintf(m, sizeof(m), "writing to the broker: %s", strerror(e));
+		teardown_locked(c, LBC_LOST_DISCONNECTED, LBC_DISCONNECTED, m);
+	}
+	close_dead_locked(c);
+	return true;
+}
+
+static int64_t earliest(int64_t a, int64_t b)
+{
+	return a < 0 ? b : b < 0 ? a : a < b ? a : b;
+}
+
+/* The liveness thread (see the file comment). It never connects: the next
+ * call of the application does. */
+static void *monitor_main(void *arg)
 {
 	lbc_client_t *c = arg;
-	int64_t period = c->keepalive_ms / 3;
+	int64_t retry_at = -1; /* another thread was writing: ping then */
 
 	lbc_lock(c);
 	while (c->state != ST_CLOSED) {
-		int64_t now = lbc_now_ms();
-		if (c->state == ST_UP && now >= c->last_write + period) {
-			lbc_pending_t p;
-			lbc_jw_t w;
+		int64_t now = lbc_now_ms(), b, ka = c->keepalive_ms, ping_at = -1, dead_at = -1;
 
+		if (c->state != ST_UP) {
+			timedwait(&c->mon_cv, &c->mu, -1);
+			continue;
+		}
+		b = bound_locked(c);
+		if (b > 0) {
+			dead_at = c->last_recv + b;
+			if (now >= dead_at) {
+				char m[160];
+				if (c->liveness && c->held > 0)
+					snprintf(m, sizeof(m),
+					         "no answer from the broker for %lld ms (liveness check: at most "
+					         "%lld ms while a lease is held); connection dropped",
+					         (long long)(now - c->last_recv), (long long)b);
+				else
+					snprintf(m, sizeof(m),
+					         "no answer from the broker for %lld ms (keepalive_ms %d); "
+					         "connection dropped",
+					         (long long)(now - c->last_recv), c->keepalive_ms);
+				teardown_locked(c, LBC_LOST_DISCONNECTED, LBC_DISCONNECTED, m);
+				lbc_unlock(c);
+				lbc_deliver_events(c);
+				lbc_lock(c);
+				continue;
+			}
+			ping_at = (c->last_recv > c->last_ping ? c->last_recv : c->last_ping) + b / 3;
+		}
+		if (ka > 0)
+			ping_at = earliest(ping_at, c->last_write + ka / 3);
+		if (ping_at >= 0 && retry_at >= 0 && ping_at < retry_at)
+			ping_at = retry_at;
+		if (ping_at >= 0 && now >= ping_at) {
+			retry_at = send_ping_locked(c, dead_at >= 0 ? dead_at : now + (ka > 0 ? ka : 1000))
+			               ? -1 : now + 5;
 			lbc_unlock(c);
-			lbc_pending_init(&p, lbc_next_id(c));
-			p.no_connect = true;
-			lbc_jw_init(&w);
-			lbc_req_begin(&w, p.id, "ping");
-			lbc_req_finish(&w);
-			(void)lbc_call(c, &p, &w, c->keepalive_ms, NULL, NULL);
-			lbc_jw_free(&w);
-			lbc_call_done(&p);
+			lbc_deliver_events(c);
 			lbc_lock(c);
 			continue;
 		}
-		timedwait(&c->cv, &c->mu, c->state == ST_UP ? c->last_write + period : now + period);
+		int64_t next = earliest(ping_at, dead_at);
+		if (b > 0 && c->last_ping > c->last_recv && !c->reading) {
+			/* a ping waits for its answer and nobody reads: read */
+			read_once(c, next, -1);
+			handoff_locked(c);
+			lbc_unlock(c);
+			lbc_deliver_events(c);
+			lbc_lock(c);
+			continue;
+		}
+		timedwait(&c->mon_cv, &c->mu, next);
 	}
 	lbc_unlock(c);
 	return NULL;
@@ -1104,9 +1295,10 @@ int lbc_close(lbc_client_t *c)
 	marked = teardown_locked(c, LBC_LOST_CLOSED, LBC_DISCONNECTED, "the client was closed");
 	c->state = ST_CLOSED;
 	pthread_cond_broadcast(&c->cv);
+	wake_monitor_locked(c);
 	lbc_unlock(c);
-	if (c->ka_started)
-		pthread_join(c->ka, NULL);
+	if (c->mon_started) /* teardown's shutdown() woke it if it was reading */
+		pthread_join(c->mon, NULL);
 	lbc_lock(c);
 	close_dead_locked(c);
 	if (c->dead_fd >= 0) { /* nobody can be using it any more */
@@ -1131,6 +1323,7 @@ int lbc_close(lbc_client_t *c)
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->wmu);
 	pthread_cond_destroy(&c->cv);
+	pthread_cond_destroy(&c->mon_cv);
 	free(c->rbuf);
 	if (c->auth)
 		memset(c->auth, 0, strlen(c->auth));

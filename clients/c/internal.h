@@ -222,6 +222,13 @@ void lbc_link_lease_locked(lbc_client_t *c, lbc_lease_t *l);
 void lbc_unlink_lease_locked(lbc_lease_t *l);
 /* Runs queued event callbacks (no lock held). */
 void lbc_deliver_events(lbc_client_t *c);
+/* Starts the liveness thread unless it runs or the client has neither the
+ * liveness check nor keepalive_ms (lbc_acquire of a bound lease,
+ * lbc_connect with keepalive_ms). LBC_OK, or LBC_IO when it cannot. */
+lbc_status lbc_liveness_start(lbc_client_t *c, lbc_error_t *err);
+/* A held lease's TTL changed to ttl_ms (extend): the liveness bound
+ * follows. */
+void lbc_bound_changed(lbc_client_t *c, int64_t ttl_ms);
 
 /* ---- lease.c ------------------------------------------------------------------ */
 

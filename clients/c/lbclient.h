@@ -30,6 +30,15 @@
  * token is never sent on the new session, except a detached lease's, which
  * outlives its session by design.
  *
+ * Liveness: while the session holds a lease, a thread of the client pings
+ * the broker and ends the session when the broker stays silent for longer
+ * than a third of the shortest TTL held (at most 5 s, or keepalive_ms),
+ * so that a frozen broker's holder learns of its loss before Redis frees
+ * the lock (see liveness_check in lbc_options_t). The thread exists from
+ * the first acquire of a bound lease to lbc_close; in a child of fork()
+ * only async-signal-safe calls may follow until exec, as in any threaded
+ * program.
+ *
  * Ownership: lbc_connect returns a client the caller ends with lbc_close.
  * lbc_acquire hands out an lbc_lease_t the caller ends with lbc_release (or
  * lbc_lease_free); other results with a _free function are the caller's.
@@ -121,6 +130,15 @@ const char *lbc_lost_reason_name(lbc_lost_reason r);
 
 /* ---- connecting ---------------------------------------------------------- */
 
+/* Tri-state flags (connect and acquire options): the default, on, or off. */
+#define LBC_DEFAULT 0
+#define LBC_ON 1
+#define LBC_OFF (-1)
+
+/* The longest silence of the broker the liveness check tolerates while a
+ * lease is held, when keepalive_ms is not given (see liveness_check). */
+#define LBC_LIVENESS_DEFAULT_MS 5000
+
 typedef struct lbc_client lbc_client_t;
 typedef struct lbc_lease lbc_lease_t;
 
@@ -151,7 +169,9 @@ typedef struct lbc_options {
 	const char *client_label; /* shown by inspect; default "PROG[PID] lbclient/VERSION" */
 	int keepalive_ms;        /* 0: off; 500..600000: the broker ends a session silent
 	                            this long, the client pings every third of it and
-	                            drops a connection whose ping is not answered in it */
+	                            drops a connection whose ping is not answered in it
+	                            (also while no lease is held); it also caps the
+	                            liveness bound (instead of LBC_LIVENESS_DEFAULT_MS) */
 	int connect_timeout_ms;  /* 0: 5000. lbc_connect makes one attempt (connect +
 	                            hello) within it; a later call that finds no
 	                            session retries within it, with backoff */
@@ -160,12 +180,29 @@ typedef struct lbc_options {
 	                            wait_ms no limit). No answer in time drops the
 	                            connection (the session's state is then unknown) */
 	/* Called for every event, on the thread of the lbc_* call that read it
-	 * (lbc_poll, any call waiting for its answer, or the keepalive thread),
-	 * after the lease it names is marked lost, with no lock held: it may
-	 * call the client. One event at a time, in order. The strings live
-	 * until it returns. */
+	 * (lbc_poll, any call waiting for its answer, or the client's liveness
+	 * thread), after the lease it names is marked lost, with no lock held:
+	 * it may call the client (but not lbc_close, which waits for that
+	 * thread). One event at a time, in order. The strings live until it
+	 * returns. */
 	void (*on_event)(void *arg, const lbc_event_t *ev);
 	void *event_arg;
+	/* The client's own check that the broker is alive: LBC_DEFAULT or
+	 * LBC_ON: on; LBC_OFF: off. While the session holds a lease bound to
+	 * it (not detach), a broker silent for longer than the bound ends the
+	 * session (every lease lost, "disconnected") before Redis can give a
+	 * lock to another client: bound = a third of the shortest TTL held
+	 * (the broker renews every TTL/3; Redis frees a lock a TTL after the
+	 * last renewal), at most keepalive_ms or LBC_LIVENESS_DEFAULT_MS. It
+	 * applies from the first grant on, shrinks with a shorter lease or an
+	 * extend, relaxes when one ends. A thread of the client, started at
+	 * the first acquire of such a lease and ended by lbc_close, pings when
+	 * it heard nothing for a third of the bound, and reads the answer when
+	 * no other thread reads: it works while the program does not call the
+	 * library. A session without such a lease is not pinged (unless
+	 * keepalive_ms). Off, no thread is started (unless keepalive_ms), and
+	 * a frozen broker leaves the holder believing until it runs again. */
+	int liveness_check;
 } lbc_options_t;
 
 /* The default broker URL, as lockctl: $LOCKBROKER_URL, else
@@ -182,17 +219,21 @@ const char *lbc_default_url(void);
  * the other ops answer LBC_UNAUTHORIZED (as lockctl). */
 lbc_client_t *lbc_connect(const char *url, const lbc_options_t *opts, lbc_error_t *err);
 
-/* Ends the session and frees the client. No other thread may be inside a
- * call on it. Leases still held become lost ("closed"); their handles stay
- * valid for lbc_lease_* and are freed by lbc_release (which then returns
- * LBC_LOST without touching the client) or lbc_lease_free. Detached leases
- * are not lost: they live on in the broker (keep their token). Returns how
- * many handles were marked lost. NULL is accepted. */
+/* Ends the session, ends (joins) the client's liveness thread and frees
+ * the client; no event is delivered from then on. No other thread may be
+ * inside a call on it. Leases still held become lost ("closed"); their
+ * handles stay valid for lbc_lease_* and are freed by lbc_release (which
+ * then returns LBC_LOST without touching the client) or lbc_lease_free.
+ * Detached leases are not lost: they live on in the broker (keep their
+ * token). Returns how many handles were marked lost. NULL is accepted. */
 int lbc_close(lbc_client_t *c);
 
 /* The connection's socket, for poll() next to other descriptors (readable:
  * call lbc_poll), or -1 while there is no session. It changes when the
- * client reconnects. Do not read or write it. */
+ * client reconnects. Do not read or write it. The liveness thread may read
+ * it too: a session it ends makes it readable (shut down), but a "lost"
+ * event it happens to read is seen in lbc_lease_lost and on_event only;
+ * so poll with a timeout, or wake yourself from on_event. */
 int lbc_fd(lbc_client_t *c);
 
 /* hello's answer on the current session. */
@@ -215,11 +256,6 @@ lbc_status lbc_server_info(lbc_client_t *c, lbc_server_info_t *out, lbc_error_t 
 /* ---- locks ----------------------------------------------------------------- */
 
 typedef enum lbc_mode { LBC_EXCLUSIVE = 0, LBC_SHARED = 1 } lbc_mode;
-
-/* Tri-state flags: the broker's default, or on, or off. */
-#define LBC_DEFAULT 0
-#define LBC_ON 1
-#define LBC_OFF (-1)
 
 /* wait_ms: 0 waits until granted (the protocol's "absent"). */
 #define LBC_WAIT_FOREVER 0

@@ -253,6 +253,9 @@ lbc_status lbc_acquire(lbc_client_t *c, const char *name, const lbc_acquire_opts
 	}
 	if (lbc_cancel_fired(o.cancel))
 		return lbc_set_error(err, LBC_CANCELLED, "the acquire was cancelled before it was sent");
+	/* a lease bound to the session is watched from its grant on */
+	if (!o.detach && (st = lbc_liveness_start(c, err)) != LBC_OK)
+		return st;
 
 	lbc_pending_init(&p, lbc_next_id(c));
 	p.is_acquire = true;
@@ -415,6 +418,7 @@ lbc_status lbc_extend(lbc_client_t *c, lbc_lease_t *l, int64_t ttl_ms, int64_t *
 	if (st == LBC_OK) {
 		(void)lbc_json_int(&p.doc, 0, "ttl_ms", &t);
 		atomic_store(&l->ttl_ms, t);
+		lbc_bound_changed(c, t); /* the broker renews it every t/3 from now on */
 		if (new_ttl_ms)
 			*new_ttl_ms = t;
 	}
