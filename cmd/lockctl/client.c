@@ -63,6 +63,7 @@ int lc_connect(const lc_global_t *g, void (*on_event)(void *, const lbc_event_t 
 		.request_timeout_ms = clamp_ms(g->timeout_ms),
 		.on_event = on_event,
 		.event_arg = arg,
+		.liveness_check = g->no_liveness_check ? LBC_OFF : LBC_DEFAULT,
 	};
 	lbc_error_t err;
 	listen_addr_t a;

@@ -5,8 +5,10 @@
  * the subcommands (main.c, run.c).
  *
  * lockctl talks to the broker only through clients/c (lbclient.h): one
- * lbc_client_t, one session, one thread. It is single-threaded (no
- * keepalive thread is asked for), so fork() in run is safe.
+ * lbc_client_t, one session. Its own code runs on one thread; while run
+ * holds its lease the client runs its liveness thread too (unless
+ * --no-liveness-check), so run's child does only async-signal-safe calls
+ * between fork() and exec (run.c).
  * Ownership: the client from lc_connect is the caller's (lbc_close).
  */
 #ifndef LB_CMD_LOCKCTL_H
@@ -76,6 +78,7 @@ typedef struct lc_global {
 	char *auth;            /* secret from --auth-file, or NULL; owned */
 	bool json;             /* --json */
 	int64_t timeout_ms;    /* --timeout: connect and each answer */
+	bool no_liveness_check; /* --no-liveness-check */
 } lc_global_t;
 
 typedef struct lc_lock_opts {

@@ -34,10 +34,12 @@ static const char usage_text[] =
 "      the environment variable LOCKBROKER_FENCE, keep the lease alive while\n"
 "      COMMAND runs, release it when COMMAND exits, and exit with COMMAND's\n"
 "      status. If the lease is lost (expired, gone from Redis, --max-hold\n"
-"      reached, connection to the broker lost), COMMAND gets SIGTERM, then\n"
-"      SIGKILL after --kill-after (default 5s), and lockctl exits 75. It\n"
-"      also exits 75 when the release after COMMAND's end finds the lease\n"
-"      lost: COMMAND may have run part of its time without the lock.\n"
+"      reached, connection to the broker lost, or the broker silent for\n"
+"      longer than a third of the TTL, at most 5s: see --no-liveness-check),\n"
+"      COMMAND gets SIGTERM, then SIGKILL after --kill-after (default 5s),\n"
+"      and lockctl exits 75. It also exits 75 when the release after\n"
+"      COMMAND's end finds the lease lost: COMMAND may have run part of its\n"
+"      time without the lock.\n"
 "      SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to lockctl\n"
 "      are forwarded to COMMAND; before the lock is granted they make\n"
 "      lockctl give up and exit 128+N. COMMAND leads its own process group\n"
@@ -73,6 +75,14 @@ static const char usage_text[] =
 "                       text, also when it is an error; run ignores it\n"
 "  --timeout DURATION   limit on connecting and on each answer other than\n"
 "                       the grant of a lock (default 10s)\n"
+"  --no-liveness-check  (run) do not watch the broker. By default, while\n"
+"                       the lease is held, lockctl pings the broker and\n"
+"                       takes a broker silent for longer than a third of\n"
+"                       the TTL (at most 5s) as gone: the lease counts as\n"
+"                       lost before Redis can give the lock to another\n"
+"                       client. Without the check, a frozen broker leaves\n"
+"                       COMMAND running while another holder may have the\n"
+"                       lock\n"
 "  -h, --help           print this text\n"
 "  -V, --version        print the version\n"
 "\n"
@@ -209,6 +219,10 @@ static int global_opt(lc_global_t *g, int argc, char **argv, int *i)
 
 	if (strcmp(a, "--json") == 0) {
 		g->json = true;
+		return 1;
+	}
+	if (strcmp(a, "--no-liveness-check") == 0) {
+		g->no_liveness_check = true;
 		return 1;
 	}
 	if (strncmp(a, "--", 2) != 0)

@@ -25,6 +25,15 @@
  * command may have run without the lock. Forwarded signals go to the
  * command.
  *
+ * Liveness: while the lease is held, the client's own thread pings the
+ * broker and ends the session when the broker stays silent for longer
+ * than a third of the TTL (at most 5 s): a frozen broker (its socket still
+ * open, nothing renewed) is a lost lease before Redis can give the lock to
+ * another client (--no-liveness-check turns that off). That thread may be
+ * the one that reads the broker's lines, so the socket is not always what
+ * wakes the loop: on_event writes WAKE_BYTE to the self-pipe for every
+ * loss and every end of the session.
+ *
  * Process groups: the command leads its own group and every signal goes to
  * the whole group, so a lost lease also stops what the command started.
  * When lockctl runs in the foreground of a terminal the command stays in
@@ -33,11 +42,14 @@
  * forwarded, since they reached it already.
  *
  * Invariants: the socket and the pipes are close-on-exec, so the command
- * never holds the session; the client runs no thread of its own (no
- * keepalive), so fork() is safe; the command starts with the signal
+ * never holds the session; the client's liveness thread runs when we
+ * fork, so the child makes only async-signal-safe calls before exec
+ * (everything it needs, the environment and the paths to try, is made
+ * before fork; an exec failure is reported through a close-on-exec pipe
+ * and printed by the parent); the command starts with the signal
  * dispositions and mask lockctl started with; signals we handle are
  * blocked across fork() so none is taken by a handler in the child before
- * exec.
+ * exec (the client's thread blocks every signal).
  */
 #include "cmd/lockctl/lockctl.h"
 
@@ -46,6 +58,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,8 +84,10 @@ static struct {
 
 /* The byte is the signal number, with TTY_SIG set when the kernel sent it
  * (a terminal's ^C, ^\, hangup): those already reached a command that
- * shares our process group. */
+ * shares our process group. WAKE_BYTE (no signal) is on_event's: the
+ * client marked the lease lost, look at it. */
 #define TTY_SIG 0x80
+#define WAKE_BYTE 0
 
 static void on_signal(int sig, siginfo_t *si, void *uctx)
 {
@@ -156,7 +171,7 @@ static int signal_taken(void)
 	size_t ns = signals_take(sigs, 64);
 
 	for (size_t k = 0; k < ns; k++)
-		if ((sigs[k] & ~TTY_SIG) != SIGCHLD)
+		if ((sigs[k] & ~TTY_SIG) != SIGCHLD && sigs[k] != WAKE_BYTE)
 			return sigs[k] & ~TTY_SIG;
 	return 0;
 }
@@ -187,22 +202,139 @@ static int acquire(lbc_client_t *c, const lc_lock_opts_t *o, lbc_lease_t **lease
 	return st == LBC_OK ? 0 : lc_acquire_fail(o, &err);
 }
 
+/* What the child needs for exec, made before fork(): the child of a
+ * threaded process may make only async-signal-safe calls until exec (no
+ * malloc, setenv or stdio), so it gets the environment and the paths to
+ * try ready-made. */
+typedef struct exec_plan {
+	char **envp;     /* environ with LOCKBROKER_FENCE=fence */
+	char fence_var[48];
+	char **paths;    /* what execvp would try for cmd[0], in order */
+	size_t npaths;
+	char **sh_argv;  /* "sh" PATH ARGS...: a file without #! (ENOEXEC) */
+} exec_plan_t;
+
+static void plan_free(exec_plan_t *p)
+{
+	for (size_t i = 0; i < p->npaths; i++)
+		free(p->paths[i]);
+	free(p->paths);
+	free(p->envp);
+	free(p->sh_argv);
+}
+
+/* Fills p for cmd: execvp's search (cmd[0] with a '/' as it is, else each
+ * directory of $PATH, "/bin:/usr/bin" without one; an empty entry is the
+ * current directory). */
+static void plan_make(exec_plan_t *p, char **cmd, int64_t fence)
+{
+	extern char **environ;
+	const char *file = cmd[0], *path = getenv("PATH");
+	size_t n = 0, k = 0, argc = 0;
+
+	memset(p, 0, sizeof(*p));
+	snprintf(p->fence_var, sizeof(p->fence_var), "LOCKBROKER_FENCE=%" PRId64, fence);
+	while (environ && environ[n])
+		n++;
+	p->envp = xmalloc((n + 2) * sizeof(char *));
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "LOCKBROKER_FENCE=", 17) != 0)
+			p->envp[k++] = environ[i];
+	p->envp[k++] = p->fence_var;
+	p->envp[k] = NULL;
+
+	while (cmd[argc])
+		argc++;
+	p->sh_argv = xmalloc((argc + 2) * sizeof(char *));
+	p->sh_argv[0] = (char *)"sh";
+	for (size_t i = 1; i <= argc; i++) /* [1] is set in the child */
+		p->sh_argv[i + 1] = cmd[i];
+
+	if (file[0] == '\0')
+		return; /* no candidate: ENOENT, as execvp */
+	if (strchr(file, '/')) {
+		p->paths = xmalloc(sizeof(char *));
+		p->paths[p->npaths++] = xstrndup(file, strlen(file));
+		return;
+	}
+	if (path == NULL)
+		path = "/bin:/usr/bin";
+	n = 1;
+	for (const char *c = path; *c; c++)
+		n += *c == ':';
+	p->paths = xmalloc(n * sizeof(char *));
+	for (const char *d = path;; d++) {
+		const char *end = strchr(d, ':');
+		size_t dl = end ? (size_t)(end - d) : strlen(d);
+		char *full = xmalloc(dl + strlen(file) + 3);
+
+		if (dl == 0)
+			snprintf(full, dl + strlen(file) + 3, "./%s", file);
+		else
+			snprintf(full, dl + strlen(file) + 3, "%.*s/%s", (int)dl, d, file);
+		p->paths[p->npaths++] = full;
+		if (end == NULL)
+			break;
+		d = end;
+	}
+}
+
+/* The child's exec, async-signal-safe: execve of each candidate (a file
+ * without #! goes to /bin/sh), as execvp does: it goes on after ENOENT,
+ * ENOTDIR, ESTALE, ENODEV, ETIMEDOUT and EACCES (which wins at the end),
+ * stops at any other error. Returns the errno to report. */
+static int exec_plan(const exec_plan_t *p, char **cmd)
+{
+	int err = ENOENT;
+	bool eacces = false;
+
+	for (size_t i = 0; i < p->npaths; i++) {
+		execve(p->paths[i], cmd, p->envp);
+		err = errno;
+		if (err == ENOEXEC) {
+			p->sh_argv[1] = p->paths[i];
+			execve("/bin/sh", p->sh_argv, p->envp);
+			err = errno;
+		}
+		switch (err) {
+		case EACCES:
+			eacces = true;
+			continue;
+		case ENOENT:
+		case ENOTDIR:
+		case ESTALE:
+		case ENODEV:
+		case ETIMEDOUT:
+			continue;
+		default:
+			return err;
+		}
+	}
+	return eacces ? EACCES : err;
+}
+
 /* fork + exec; the child leads a new process group when own_group.
- * Returns the child's pid, or -1 (printed). */
+ * Returns the child's pid, or -1 (printed). An exec that fails is printed
+ * here; the child then exits 127 (not found) or 126. */
 static pid_t spawn(char **cmd, int64_t fence, bool own_group)
 {
-	char fb[32];
+	exec_plan_t plan;
 	sigset_t orig;
 	pid_t parent = getpid(), pid;
+	int ep[2], e = 0;
+	ssize_t n;
 
-	snprintf(fb, sizeof(fb), "%" PRId64, fence);
+	if (pipe2(ep, O_CLOEXEC) < 0) {
+		lc_err("pipe: %s", strerror(errno));
+		return -1;
+	}
+	plan_make(&plan, cmd, fence);
 	fflush(NULL);
-	sigprocmask(SIG_BLOCK, &S.set, &orig);
+	pthread_sigmask(SIG_BLOCK, &S.set, &orig);
 	pid = fork();
 	if (pid == 0) {
-		char cb[LC_MASK_BUF];
-		int e;
-
+		/* async-signal-safe calls only, up to exec */
+		close(ep[0]);
 		signals_restore();
 		if (own_group)
 			setpgid(0, 0);
@@ -215,18 +347,26 @@ static pid_t spawn(char **cmd, int64_t fence, bool own_group)
 		(void)parent;
 #endif
 		sigprocmask(SIG_SETMASK, &orig, NULL);
-		if (setenv("LOCKBROKER_FENCE", fb, 1) < 0)
-			_exit(LC_EXIT_INTERNAL);
-		execvp(cmd[0], cmd);
-		e = errno;
-		lc_err("cannot run %s: %s", lc_masked(cmd[0], cb), strerror(e));
+		e = exec_plan(&plan, cmd);
+		if (write(ep[1], &e, sizeof(e)) < 0) {
+		}
 		_exit(e == ENOENT ? LC_EXIT_NOTFOUND : LC_EXIT_NOEXEC);
 	}
 	if (pid < 0)
 		lc_err("fork: %s", strerror(errno));
 	else if (own_group)
 		setpgid(pid, pid); /* both sides, so no signal finds it unset */
-	sigprocmask(SIG_SETMASK, &orig, NULL);
+	pthread_sigmask(SIG_SETMASK, &orig, NULL);
+	close(ep[1]);
+	/* the exec's outcome: the pipe closes at exec, or brings the errno */
+	while (pid > 0 && (n = read(ep[0], &e, sizeof(e))) < 0 && errno == EINTR)
+		;
+	if (pid > 0 && n == (ssize_t)sizeof(e)) {
+		char cb[LC_MASK_BUF];
+		lc_err("cannot run %s: %s", lc_masked(cmd[0], cb), strerror(e));
+	}
+	close(ep[0]);
+	plan_free(&plan);
 	return pid;
 }
 
@@ -238,17 +378,26 @@ static const char *lost_why(lbc_lost_reason r)
 }
 
 /* The lease is held: the shutdown warning is about it. */
-static bool held;
+static atomic_bool held;
 
-/* The broker's shutdown warning, once, while the lease is held (before,
- * the waiting acquire answers shutting_down by itself). */
+/* On the thread that read the event (ours, or the client's liveness
+ * thread; one event at a time): the broker's shutdown warning, once,
+ * while the lease is held (before, the waiting acquire answers
+ * shutting_down by itself); and a wake-up of the supervision loop for a
+ * loss or the session's end, which that thread may have read off the
+ * socket before poll() saw it. */
 static void on_event(void *arg, const lbc_event_t *ev)
 {
 	const lc_lock_opts_t *o = arg;
 	static bool warned;
 	char nb[LC_MASK_BUF];
 
-	if (ev->type == LBC_EVENT_SHUTDOWN && held && !warned) {
+	if (ev->type == LBC_EVENT_LOST || ev->type == LBC_EVENT_DISCONNECTED) {
+		unsigned char b = WAKE_BYTE;
+		if (S.pipe[1] >= 0 && write(S.pipe[1], &b, 1) < 0) {
+		}
+	}
+	if (ev->type == LBC_EVENT_SHUTDOWN && atomic_load(&held) && !warned) {
 		lc_err("the broker is shutting down; the lease on \"%s\" ends within %" PRId64 " ms",
 		       lc_masked(o->name, nb), ev->grace_ms);
 		warned = true;
@@ -305,8 +454,9 @@ static int supervise(lbc_client_t *c, const lc_lock_opts_t *o, const lbc_lease_t
 		ns = signals_take(sigs, 64);
 		for (size_t k = 0; k < ns; k++) {
 			int sig = sigs[k] & ~TTY_SIG;
-			/* a terminal's signal already hit a command in our group */
-			if (sig != SIGCHLD && (own_group || !(sigs[k] & TTY_SIG)))
+			/* a terminal's signal already hit a command in our group;
+			 * WAKE_BYTE is only a wake-up: the loop looks at the lease */
+			if (sig != SIGCHLD && sigs[k] != WAKE_BYTE && (own_group || !(sigs[k] & TTY_SIG)))
 				kill(target, sig);
 		}
 		if (n > 0 && np == 2 && p[1].revents)
@@ -341,7 +491,7 @@ int lc_run(const lc_global_t *g, const lc_lock_opts_t *o, char **cmd)
 	}
 	if ((r = acquire(c, o, &lease)) != 0)
 		goto out;
-	held = true;
+	atomic_store(&held, true);
 
 	/* The command leads its own process group, so that a lost lease stops
 	 * its children too; except when we run in the foreground of a terminal,

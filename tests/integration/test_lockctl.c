@@ -1,7 +1,8 @@
 /*
  * lockctl, the command-line client, end to end against a real broker and
  * Redis: run's exit statuses (the command's own, busy, timeout, lost,
- * signals), the command stopped when its lease is lost, signals forwarded,
+ * signals), the command stopped when its lease is lost (a frozen broker
+ * included: the liveness check), signals forwarded,
  * LOCKBROKER_FENCE, mutual exclusion of two runs, acquire --detach /
  * release / extend, the text and --json output of inspect, stats and ping,
  * --auth-file, usage errors and an unreachable broker.
@@ -657,6 +658,249 @@ LB_TEST(lockctl, signal_while_waiting_on_a_frozen_broker_gives_up_at_once, 40)
     /* the waiter went with the session (seen once the broker runs again) */
     wait_waiters(c, "frz", 0);
     lb_expect_ok(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease));
+    lb_end();
+}
+
+/* ---- run: the liveness check ------------------------------------------------------- */
+
+/* Issue 26's scenario: the holder (lockctl run, default options) on broker
+ * 1, a waiter (another lockctl run) on broker 2, one Redis; broker 1 is
+ * frozen (SIGSTOP). The holder must stop its command and exit 75 within
+ * about TTL/3, before the waiter's command starts (the lease runs out in
+ * Redis 2/3 of a TTL or more after the freeze): never two commands under
+ * the lock. lockctl calls nothing into the client meanwhile (it waits in
+ * poll()): the client's own thread must notice. */
+LB_TEST(lockctl, run_frozen_broker_stops_the_command_before_a_waiter_is_granted, 60)
+{
+    lb_redis *r = lb_redis_start(false);
+    lb_broker *b1 = lb_broker_start(r, NULL);
+    lb_broker *b2 = lb_broker_start(r, NULL);
+    const char *started = tmp_path("started"), *termed = tmp_path("termed");
+    const char *granted = tmp_path("granted");
+    const int64_t ttl = 3000;
+    char u1[64], u2[64], cmd[3 * PATH_MAX], wcmd[PATH_MAX + 32];
+
+    snprintf(u1, sizeof(u1), "%s", tcp_url(b1));
+    snprintf(u2, sizeof(u2), "%s", tcp_url(b2));
+    snprintf(cmd, sizeof(cmd),
+             "trap 'echo term >%s; kill $! 2>/dev/null; exit 0' TERM; echo $$ >%s; "
+             "sleep 30 & wait",
+             termed, started);
+    snprintf(wcmd, sizeof(wcmd), "echo granted >%s", granted);
+    lc_proc h = lc_start("--broker", u1, "run", "--ttl", "3s", "frz2", "--", "sh", "-c", cmd, NULL);
+    cr_assert(wait_file(started, 5000), "the command did not start");
+    lc_proc w = lc_start("--broker", u2, "run", "--wait", "30s", "frz2", "--", "sh", "-c", wcmd,
+                         NULL);
+    lb_client *c2 = lb_connect(b2, LB_TCP);
+    wait_waiters(c2, "frz2", 1);
+    /* a live broker keeps the lease held, lockctl calling nothing */
+    lb_sleep_ms((int)ttl / 2);
+    cr_assert(!file_exists(termed), "the command was stopped while the broker ran");
+    cr_assert_eq(waitpid(h.pid, NULL, WNOHANG), 0, "the holder ended while the broker ran");
+
+    cr_assert_eq(kill(lb_broker_pid(b1), SIGSTOP), 0);
+    int64_t t0 = lb_now_ms(), exit_at = -1, termed_at = -1, granted_at = -1;
+    int hst = 0;
+    while (lb_now_ms() - t0 < 20000 && (exit_at < 0 || termed_at < 0 || granted_at < 0)) {
+        if (exit_at < 0 && waitpid(h.pid, &hst, WNOHANG) == h.pid)
+            exit_at = lb_now_ms();
+        if (termed_at < 0 && file_exists(termed))
+            termed_at = lb_now_ms();
+        if (granted_at < 0 && file_exists(granted))
+            granted_at = lb_now_ms();
+        lb_sleep_ms(5);
+    }
+    kill(lb_broker_pid(b1), SIGCONT);
+    char err[4096];
+    slurp(h.err, err, sizeof(err));
+    cr_log_info("after SIGSTOP: command stopped %lld ms, holder exited %lld ms, waiter's "
+                "command ran %lld ms (TTL %lld ms)",
+                (long long)(termed_at - t0), (long long)(exit_at - t0),
+                (long long)(granted_at - t0), (long long)ttl);
+    cr_assert_geq(exit_at, 0, "the holder did not exit within 20 s; stderr: %s", err);
+    cr_assert(WIFEXITED(hst) && WEXITSTATUS(hst) == EX_LOST_, "holder: status %#x, want exit %d; "
+              "stderr: %s", hst, EX_LOST_, err);
+    cr_assert_geq(termed_at, 0, "the command got no SIGTERM");
+    cr_assert_geq(granted_at, 0, "the waiter was not granted within 20 s");
+    cr_assert_lt(termed_at, granted_at,
+                 "the waiter's command ran %lld ms after SIGSTOP, the holder's was stopped only "
+                 "%lld ms after it: two commands under one lock",
+                 (long long)(granted_at - t0), (long long)(termed_at - t0));
+    cr_assert_lt(exit_at, granted_at, "the holder exited after the waiter was granted");
+    cr_assert_leq(termed_at - t0, ttl / 3 + 1000, "stopped %lld ms after SIGSTOP, want about TTL/3",
+                  (long long)(termed_at - t0));
+    cr_assert(strstr(err, "lost the lease") && strstr(err, "frz2"), "%s", err);
+    int st = lc_wait(&w, 10000);
+    cr_assert_eq(st, 0, "waiter: exit %d; stderr: %s", st, slurp(w.err, err, sizeof(err)));
+    lb_end();
+}
+
+/* A fake broker for lockctl runs, one connection after another: answers
+ * hello, grants every acquire with the TTL asked, answers release and
+ * ping, counts the pings; once `mute` is set it answers nothing. */
+typedef struct rec_broker {
+    int lfd, port;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    int pings;
+    bool mute_after_grant; /* stop answering once a lease was granted */
+    bool muted;
+    bool lost_on_ping;     /* answer a ping with a "lost" event for the lease first */
+    long lease_id;         /* the last lease granted ("t<id>") */
+} rec_broker;
+
+static long rec_field(const char *line, const char *key)
+{
+    char k[40];
+    snprintf(k, sizeof(k), "\"%s\":", key);
+    const char *p = strstr(line, k);
+    return p ? strtol(p + strlen(k), NULL, 10) : -1;
+}
+
+static void *rec_main(void *arg)
+{
+    rec_broker *g = arg;
+    int fd;
+
+    while ((fd = accept(g->lfd, NULL, NULL)) >= 0) {
+        char line[4096], out[512];
+        size_t n = 0;
+        char ch;
+        while (recv(fd, &ch, 1, 0) == 1) {
+            if (ch != '\n') {
+                if (n + 1 < sizeof(line))
+                    line[n++] = ch;
+                continue;
+            }
+            line[n] = '\0';
+            n = 0;
+            long id = rec_field(line, "id");
+            pthread_mutex_lock(&g->mu);
+            bool muted = g->muted, lost = false;
+            if (strstr(line, "\"op\":\"ping\"")) {
+                g->pings++;
+                lost = g->lost_on_ping && g->lease_id > 0;
+            }
+            if (strstr(line, "\"op\":\"acquire\"")) {
+                g->lease_id = id;
+                if (g->mute_after_grant)
+                    g->muted = true;
+            }
+            pthread_mutex_unlock(&g->mu);
+            if (muted)
+                continue;
+            if (lost) /* one write: whoever reads the ping's answer reads the loss */
+                snprintf(out, sizeof(out),
+                         "{\"event\":\"lost\",\"lease\":\"t%ld\",\"lock\":\"x\",\"reason\":"
+                         "\"expired\"}\n{\"id\":%ld,\"ok\":true,\"redis\":\"up\"}\n",
+                         g->lease_id, id);
+            else if (strstr(line, "\"op\":\"hello\""))
+                snprintf(out, sizeof(out),
+                         "{\"id\":%ld,\"ok\":true,\"server\":\"fake/0\",\"proto\":1}\n", id);
+            else if (strstr(line, "\"op\":\"acquire\""))
+                snprintf(out, sizeof(out),
+                         "{\"id\":%ld,\"ok\":true,\"lease\":\"t%ld\",\"lock\":\"x\",\"mode\":"
+                         "\"exclusive\",\"fence\":%ld,\"ttl_ms\":%ld,\"count\":1}\n",
+                         id, id, id, rec_field(line, "ttl_ms"));
+            else if (strstr(line, "\"op\":\"release\""))
+                snprintf(out, sizeof(out), "{\"id\":%ld,\"ok\":true,\"count\":0}\n", id);
+            else
+                snprintf(out, sizeof(out), "{\"id\":%ld,\"ok\":true,\"redis\":\"up\"}\n", id);
+            if (write(fd, out, strlen(out)) < 0)
+                break;
+        }
+        close(fd);
+    }
+    return NULL;
+}
+
+static void rec_start(rec_broker *g, char *url, size_t len)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    socklen_t alen = sizeof(a);
+
+    memset(g, 0, sizeof(*g));
+    pthread_mutex_init(&g->mu, NULL);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    g->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(g->lfd >= 0);
+    cr_assert(bind(g->lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    cr_assert(listen(g->lfd, 4) == 0);
+    cr_assert(getsockname(g->lfd, (struct sockaddr *)&a, &alen) == 0);
+    g->port = ntohs(a.sin_port);
+    snprintf(url, len, "tcp://127.0.0.1:%d", g->port);
+    cr_assert(pthread_create(&g->thread, NULL, rec_main, g) == 0);
+}
+
+static int rec_pings(rec_broker *g)
+{
+    pthread_mutex_lock(&g->mu);
+    int n = g->pings;
+    pthread_mutex_unlock(&g->mu);
+    return n;
+}
+
+static void rec_stop(rec_broker *g)
+{
+    shutdown(g->lfd, SHUT_RDWR); /* ends a pending accept */
+    close(g->lfd);
+    pthread_join(g->thread, NULL);
+    pthread_mutex_destroy(&g->mu);
+}
+
+/* The check is on by default: a run of 1 s on a 300 ms lease pings (a
+ * bound of 100 ms: every 33 ms); --no-liveness-check sends no ping at all;
+ * a broker that goes silent after the grant is a lost lease at once; a
+ * loss that the client's thread reads (with its ping's answer) while
+ * lockctl waits in poll() stops the command too. */
+LB_TEST(lockctl, run_liveness_check_pings_and_can_be_turned_off, 40)
+{
+    rec_broker g;
+    char url[64];
+    lc_result res;
+
+    rec_start(&g, url, sizeof(url));
+    EXPECT_STATUS(lc_do(&res, "--broker", url, "run", "--ttl", "300ms", "lv", "--", "sleep", "1",
+                        NULL),
+                  0);
+    int on = rec_pings(&g);
+    cr_assert_geq(on, 5, "%d pings in a 1 s run of a 300 ms lease", on);
+
+    EXPECT_STATUS(lc_do(&res, "--broker", url, "--no-liveness-check", "run", "--ttl", "300ms",
+                        "lv", "--", "sleep", "1", NULL),
+                  0);
+    cr_assert_eq(rec_pings(&g), on, "pings with --no-liveness-check");
+    EXPECT_STATUS(lc_do(&res, "--no-liveness-check", "--broker", url, "run", "--ttl", "200ms",
+                        "lv", "--", "sleep", "0.5", NULL),
+                  0);
+    cr_assert_eq(rec_pings(&g), on, "pings with --no-liveness-check");
+
+    pthread_mutex_lock(&g.mu);
+    g.mute_after_grant = true;
+    pthread_mutex_unlock(&g.mu);
+    EXPECT_STATUS(lc_do(&res, "--broker", url, "--timeout", "1s", "run", "--ttl", "600ms", "lv",
+                        "--", "sleep", "10", NULL),
+                  EX_LOST_);
+    cr_assert(res.elapsed_ms < 3000, "a silent broker noticed after %lld ms (bound 200 ms)",
+              (long long)res.elapsed_ms);
+    cr_assert(strstr(res.err, "lost the lease"), "%s", res.err);
+
+    pthread_mutex_lock(&g.mu);
+    g.mute_after_grant = g.muted = false;
+    g.lost_on_ping = true;
+    pthread_mutex_unlock(&g.mu);
+    /* who reads first, that thread or lockctl's own lbc_poll, is a race:
+     * a few runs make the first case (lockctl's poll() then sees nothing
+     * on the socket) all but certain */
+    for (int i = 0; i < 4; i++) {
+        EXPECT_STATUS(lc_do(&res, "--broker", url, "run", "--ttl", "3s", "lv", "--", "sleep",
+                            "10", NULL),
+                      EX_LOST_);
+        cr_assert(res.elapsed_ms < 4000, "the loss stopped the command after %lld ms",
+                  (long long)res.elapsed_ms);
+        cr_assert(strstr(res.err, "expired"), "%s", res.err);
+    }
+    rec_stop(&g);
     lb_end();
 }
 
