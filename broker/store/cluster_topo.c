@@ -2,12 +2,18 @@
  * cluster_topo.c - follows a Redis Cluster's slot map (see cluster_topo.h).
  *
  * One hiredis async connection at a time: AUTH when a password is set,
- * then CLUSTER SLOTS. The nodes asked in a round, in turn: the masters of
- * the last map given, then the seeds. A node that cannot be reached,
- * answers an error or a reply cluster_map cannot read, or takes longer
- * than ASK_TIMEOUT_MS gives way to the next; a round in which none
- * answered is tried again after a backoff (ROUND_MIN_MS doubling to
- * ROUND_MAX_MS). An answer ends the round; a map that differs from the
+ * then CLUSTER INFO (the node's cluster_current_epoch: the newest epoch it
+ * has heard of) and CLUSTER SLOTS. A round asks each node in turn: the
+ * masters of the last map given, then the seeds (each address once). A
+ * node that cannot be reached, answers an error or a reply cluster_map
+ * cannot read, or takes longer than ASK_TIMEOUT_MS gives no answer. At
+ * the round's end the map of the node with the newest epoch is taken: a
+ * node cut off from the others (a master deposed behind a partition of
+ * the cluster bus) still names itself for its slots, with an older epoch.
+ * A map older than one taken before is not taken, unless most of the
+ * nodes that answered give an older epoch too (the cluster was made anew).
+ * A round with no map to take is tried again after a backoff
+ * (ROUND_MIN_MS doubling to ROUND_MAX_MS). A map that differs from the
  * last one goes to on_map (a partial map too: it is what the cluster says,
  * and the backend answers unavailable for the slots nobody serves).
  *
@@ -51,6 +57,14 @@ static struct {
 	int ncand, at;
 	bool asking, again, closing;
 	bool deliver; /* a refresh was asked for: the next map goes out, same or not */
+	/* The round's answers: the newest so far (best), how many answered,
+	 * how many of them were older than the floor (the newest epoch of a
+	 * map taken before, once there is one). */
+	int64_t epoch_now; /* the node asked: its current epoch, -1 unknown */
+	bool have_best, have_floor;
+	int64_t best_epoch, floor;
+	int answers, older;
+	cluster_map_t best;
 	uint32_t round_ms;
 	/* The question out. */
 	redisAsyncContext *ac;
@@ -96,14 +110,22 @@ static bool current(const redisAsyncContext *ac, void *priv)
 	return T.ac == ac && (uintptr_t)priv == T.attempt;
 }
 
+static void add_candidate(const host_port_t *hp)
+{
+	for (int k = 0; k < T.ncand; k++)
+		if (T.cand[k].port == hp->port && strcmp(T.cand[k].host, hp->host) == 0)
+			return;
+	T.cand[T.ncand++] = *hp;
+}
+
 /* The rounds's nodes: the masters of the last map, then the seeds. */
 static void make_candidates(void)
 {
 	T.ncand = 0;
 	for (int k = 0; T.have && k < T.map.nmasters; k++)
-		T.cand[T.ncand++] = T.map.masters[k];
+		add_candidate(&T.map.masters[k]);
 	for (int k = 0; k < T.nseeds; k++)
-		T.cand[T.ncand++] = T.seeds[k];
+		add_candidate(&T.seeds[k]);
 }
 
 static void start_round(void)
@@ -111,6 +133,9 @@ static void start_round(void)
 	T.asking = true;
 	T.again = false;
 	T.at = 0;
+	T.have_best = false;
+	T.answers = 0;
+	T.older = 0;
 	make_candidates();
 	ask_node();
 }
@@ -128,24 +153,6 @@ void cluster_topo_refresh(void)
 	start_round();
 }
 
-/* The node asked gave no map: the next one, or after all of them a pause. */
-static void next_node(bool in_cb)
-{
-	if (T.closing || !T.asking)
-		return;
-	abandon(in_cb);
-	if (++T.at < T.ncand) {
-		ask_node();
-		return;
-	}
-	T.asking = false;
-	timer_cancel(&T.ask_timeout);
-	LOG(LOG_WARN, "msg=\"no cluster node gave its slot map; asking again later\" in_ms=%u",
-	    (unsigned)T.round_ms);
-	timer_at(&T.ask_later, timers_now() + T.round_ms);
-	T.round_ms = T.round_ms * 2 > ROUND_MAX_MS ? ROUND_MAX_MS : T.round_ms * 2;
-}
-
 static bool same_map(const cluster_map_t *a, const cluster_map_t *b)
 {
 	if (a->nmasters != b->nmasters || memcmp(a->owner, b->owner, sizeof(a->owner)) != 0)
@@ -156,6 +163,66 @@ static bool same_map(const cluster_map_t *a, const cluster_map_t *b)
 			return false;
 	}
 	return true;
+}
+
+/* Every node was asked: the newest map is taken, or the round is tried
+ * again after a pause (see the header). */
+static void round_end(void)
+{
+	bool reset = T.answers > 0 && T.older * 2 > T.answers;
+
+	T.asking = false;
+	timer_cancel(&T.ask_timeout);
+	if (!T.have_best || (T.have_floor && T.best_epoch < T.floor && !reset)) {
+		if (T.have_best)
+			LOG(LOG_WARN, "msg=\"the cluster nodes that answered give an older map than one "
+			    "taken before; asking again later\" epoch=%lld newest_seen=%lld answers=%d",
+			    (long long)T.best_epoch, (long long)T.floor, T.answers);
+		else
+			LOG(LOG_WARN, "msg=\"no cluster node gave its slot map; asking again later\" "
+			    "in_ms=%u", (unsigned)T.round_ms);
+		timer_at(&T.ask_later, timers_now() + T.round_ms);
+		T.round_ms = T.round_ms * 2 > ROUND_MAX_MS ? ROUND_MAX_MS : T.round_ms * 2;
+		return;
+	}
+	T.round_ms = ROUND_MIN_MS;
+	T.have_floor = true;
+	T.floor = T.best_epoch;
+	if (!T.have || T.deliver || !same_map(&T.map, &T.best)) {
+		T.map = T.best;
+		T.have = true;
+		T.on_map(&T.map);
+	}
+	T.deliver = T.again; /* a refresh during this round: its own answer goes out too */
+	if (T.again && !T.closing)
+		start_round();
+}
+
+/* The node asked answered (its map is counted) or did not: the next one,
+ * or the round's end. */
+static void next_node(bool in_cb)
+{
+	if (T.closing || !T.asking)
+		return;
+	abandon(in_cb);
+	if (++T.at < T.ncand) {
+		ask_node();
+		return;
+	}
+	round_end();
+}
+
+/* CLUSTER INFO of the node asked: its cluster_current_epoch. */
+static void on_info(redisAsyncContext *ac, void *r, void *priv)
+{
+	const redisReply *reply = r;
+	const char *p;
+
+	if (!current(ac, priv) || !reply || reply->type != REDIS_REPLY_STRING)
+		return; /* stale, gone, or an error: the epoch stays unknown */
+	p = strstr(reply->str, "cluster_current_epoch:");
+	if (p)
+		T.epoch_now = strtoll(p + strlen("cluster_current_epoch:"), NULL, 10);
 }
 
 static void on_slots(redisAsyncContext *ac, void *r, void *priv)
@@ -175,20 +242,18 @@ static void on_slots(redisAsyncContext *ac, void *r, void *priv)
 		next_node(true);
 		return;
 	}
-	abandon(true);
-	T.asking = false;
-	T.round_ms = ROUND_MIN_MS;
-	timer_cancel(&T.ask_timeout);
 	if (unserved > 0)
-		LOG(LOG_WARN, "msg=\"cluster slots without a master\" slots=%d", unserved);
-	if (!T.have || T.deliver || !same_map(&T.map, &T.next)) {
-		T.map = T.next;
-		T.have = true;
-		T.on_map(&T.map);
+		LOG(LOG_WARN, "msg=\"cluster slots without a master\" node=%s:%d slots=%d",
+		    T.cand[T.at].host, T.cand[T.at].port, unserved);
+	T.answers++;
+	if (T.have_floor && T.epoch_now < T.floor)
+		T.older++;
+	if (!T.have_best || T.epoch_now > T.best_epoch) {
+		T.best = T.next;
+		T.best_epoch = T.epoch_now;
+		T.have_best = true;
 	}
-	T.deliver = T.again; /* a refresh during this round: its own answer goes out too */
-	if (T.again && !T.closing)
-		start_round();
+	next_node(true);
 }
 
 static void on_auth(redisAsyncContext *ac, void *r, void *priv)
@@ -253,6 +318,8 @@ static void open_node(const char *ip)
 		size_t argvlen[2] = {4, strlen(T.password)};
 		redisAsyncCommandArgv(ac, on_auth, (void *)T.attempt, 2, argv, argvlen);
 	}
+	T.epoch_now = -1;
+	redisAsyncCommand(ac, on_info, (void *)T.attempt, "CLUSTER INFO");
 	redisAsyncCommand(ac, on_slots, (void *)T.attempt, "CLUSTER SLOTS");
 }
 

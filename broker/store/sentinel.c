@@ -4,10 +4,16 @@
  *
  * Two hiredis async connections to the sentinels, each a struct sconn:
  *   ask    one per question: AUTH when a sentinel password is set, then
- *          SENTINEL get-master-addr-by-name NAME. A sentinel that cannot
- *          be reached, answers an error or nil, or takes longer than
- *          ASK_TIMEOUT_MS gives way to the next one; a round in which none
- *          answered is tried again after a backoff (ROUND_MIN_MS doubling
+ *          SENTINEL MASTER NAME (the master's address and its
+ *          config-epoch). A round asks every sentinel in turn; one that
+ *          cannot be reached, answers an error or takes longer than
+ *          ASK_TIMEOUT_MS counts as no answer. The round then takes the
+ *          newest view: the highest config-epoch (each failover raises it,
+ *          so a sentinel that missed one shows an older epoch), and never
+ *          one older than a view taken before, unless a majority of the
+ *          sentinels agree on it (the sentinels were reset: SENTINEL
+ *          MONITOR starts again at epoch 0). A round in which no view can
+ *          be taken is tried again after a backoff (ROUND_MIN_MS doubling
  *          to ROUND_MAX_MS).
  *   watch  SUBSCRIBE +switch-master on one sentinel for as long as it
  *          lives; then the next sentinel, WATCH_RETRY_MS later. Each time
@@ -74,6 +80,16 @@ static struct {
 	bool closing;
 	struct sconn ask, watch;
 	bool asking;  /* a round is on */
+	/* The views the round's sentinels gave, and the newest taken so far
+	 * (floor: an older one is taken only from a majority). */
+	struct view {
+		char host[URL_HOST_MAX + 1];
+		int port;
+		int64_t epoch;
+	} views[URL_SENTINELS_MAX];
+	int nviews;
+	bool have_floor;
+	int64_t floor;
 	unsigned switches;  /* +switch-master messages taken */
 	unsigned round_switches; /* switches when the round began */
 	int ask_first;      /* 1 + the sentinel the next round asks first, or 0 */
@@ -268,6 +284,7 @@ static void start_round(void)
 	S.asking = true;
 	S.again = false;
 	S.tried = 0;
+	S.nviews = 0;
 	S.round_switches = S.switches;
 	if (S.ask_first) {
 		S.ask.idx = S.ask_first - 1;
@@ -303,9 +320,11 @@ static void on_ask_later(timer_ent_t *t)
 	sentinel_ask();
 }
 
-/* The sentinel asked did not answer usefully: the next one, or, after a
- * round of them, a backoff. */
-static void ask_fail(struct sconn *sc, bool in_cb)
+static void round_end(void);
+
+/* The sentinel asked answered (its view is recorded) or did not: the next
+ * one, or, after a round of them, the round's end. */
+static void ask_next(struct sconn *sc, bool in_cb)
 {
 	if (S.closing || !S.asking)
 		return;
@@ -317,13 +336,63 @@ static void ask_fail(struct sconn *sc, bool in_cb)
 		sconn_connect(sc, sc->idx);
 		return;
 	}
+	round_end();
+}
+
+static void ask_fail(struct sconn *sc, bool in_cb)
+{
+	ask_next(sc, in_cb);
+}
+
+static bool same_view(const struct view *a, const struct view *b)
+{
+	return a->port == b->port && a->epoch == b->epoch && strcmp(a->host, b->host) == 0;
+}
+
+/* Every sentinel was asked: the newest view is taken (see the header). */
+static void round_end(void)
+{
+	const struct view *best = NULL;
+	int agree = 0, majority = S.addr->nsentinels / 2 + 1;
+	bool taken;
+
 	S.asking = false;
-	S.again = false;
 	timer_cancel(&S.ask_timeout);
-	LOG(LOG_WARN, "msg=\"no sentinel named the master; asking again later\" master=\"%s\" in_ms=%u",
-	    S.addr->master_name, (unsigned)S.round_ms);
-	timer_at(&S.ask_later, timers_now() + S.round_ms);
-	S.round_ms = S.round_ms * 2 > ROUND_MAX_MS ? ROUND_MAX_MS : S.round_ms * 2;
+	for (int k = 0; k < S.nviews; k++)
+		if (!best || S.views[k].epoch > best->epoch)
+			best = &S.views[k];
+	for (int k = 0; best && k < S.nviews; k++)
+		agree += same_view(best, &S.views[k]);
+	taken = best && (!S.have_floor || best->epoch >= S.floor || agree >= majority);
+	if (!taken) {
+		S.again = false;
+		if (best)
+			LOG(LOG_WARN, "msg=\"the sentinels that answered name an older master than one "
+			    "followed before; asking again later\" master=\"%s\" addr=%s:%d epoch=%lld "
+			    "newest_seen=%lld answers=%d", S.addr->master_name, best->host, best->port,
+			    (long long)best->epoch, (long long)S.floor, S.nviews);
+		else
+			LOG(LOG_WARN, "msg=\"no sentinel named the master; asking again later\" "
+			    "master=\"%s\" in_ms=%u", S.addr->master_name, (unsigned)S.round_ms);
+		timer_at(&S.ask_later, timers_now() + S.round_ms);
+		S.round_ms = S.round_ms * 2 > ROUND_MAX_MS ? ROUND_MAX_MS : S.round_ms * 2;
+		return;
+	}
+	S.round_ms = ROUND_MIN_MS;
+	if (S.round_switches != S.switches) {
+		/* Asked before a switch was announced: the answers may name the
+		 * master from before it. Asked again (the announcer first). */
+		S.again = false;
+		sentinel_ask();
+		return;
+	}
+	S.have_floor = true;
+	S.floor = best->epoch; /* a majority's reset view may lower it */
+	S.on_master(best->host, best->port, false);
+	if (S.again) {
+		S.again = false;
+		sentinel_ask();
+	}
 }
 
 static void on_ask_timeout(timer_ent_t *t)
@@ -352,50 +421,49 @@ static int parse_port(const char *s, size_t len)
 	return port >= 1 && port <= 65535 ? port : 0;
 }
 
+/* The value of field in a flat field/value array reply (SENTINEL MASTER),
+ * or NULL. */
+static const redisReply *field_of(const redisReply *r, const char *field)
+{
+	for (size_t k = 0; k + 1 < r->elements; k += 2)
+		if (r->element[k]->type == REDIS_REPLY_STRING && strcmp(r->element[k]->str, field) == 0)
+			return r->element[k + 1];
+	return NULL;
+}
+
 static void on_ask_reply(redisAsyncContext *ac, void *r, void *priv)
 {
 	struct sconn *sc = sconn_of(ac, priv);
 	redisReply *reply = r;
-	char host[URL_HOST_MAX + 1];
+	const redisReply *ip, *port_s, *epoch_s;
+	struct view *v;
 	int port;
 
 	if (!sc || !reply)
 		return; /* stale, or the disconnect callback reports it */
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-	    reply->element[0]->type != REDIS_REPLY_STRING ||
-	    reply->element[1]->type != REDIS_REPLY_STRING || reply->element[0]->len == 0 ||
-	    reply->element[0]->len > URL_HOST_MAX ||
-	    !(port = parse_port(reply->element[1]->str, reply->element[1]->len))) {
+	ip = reply->type == REDIS_REPLY_ARRAY ? field_of(reply, "ip") : NULL;
+	port_s = reply->type == REDIS_REPLY_ARRAY ? field_of(reply, "port") : NULL;
+	epoch_s = reply->type == REDIS_REPLY_ARRAY ? field_of(reply, "config-epoch") : NULL;
+	if (!ip || !port_s || ip->type != REDIS_REPLY_STRING || port_s->type != REDIS_REPLY_STRING ||
+	    ip->len == 0 || ip->len > URL_HOST_MAX || !(port = parse_port(port_s->str, port_s->len))) {
 		LOG(LOG_WARN, "msg=\"sentinel does not name the master\" sentinel=%s:%d master=\"%s\" "
 		    "reply=\"%.60s\"", sentinel_of(sc)->host, sentinel_of(sc)->port, S.addr->master_name,
-		    reply->type == REDIS_REPLY_ERROR ? reply->str : "nil or malformed");
-		sconn_abandon(sc, true);
+		    reply->type == REDIS_REPLY_ERROR ? reply->str : "malformed");
 		ask_fail(sc, true);
 		return;
 	}
-	memcpy(host, reply->element[0]->str, reply->element[0]->len);
-	host[reply->element[0]->len] = '\0';
-	sconn_abandon(sc, true);
-	S.asking = false;
-	S.round_ms = ROUND_MIN_MS;
-	timer_cancel(&S.ask_timeout);
-	if (S.round_switches != S.switches) {
-		/* Asked before a switch was announced: the answer may name the
-		 * master from before it. Asked again (the announcer first). */
-		S.again = false;
-		sentinel_ask();
-		return;
-	}
-	S.on_master(host, port, false);
-	if (S.again) {
-		S.again = false;
-		sentinel_ask();
-	}
+	v = &S.views[S.nviews++];
+	memcpy(v->host, ip->str, ip->len);
+	v->host[ip->len] = '\0';
+	v->port = port;
+	/* A sentinel that does not say counts as the oldest view. */
+	v->epoch = epoch_s && epoch_s->type == REDIS_REPLY_STRING ? strtoll(epoch_s->str, NULL, 10) : -1;
+	ask_next(sc, true);
 }
 
 static void ask_open(struct sconn *sc)
 {
-	redisAsyncCommand(sc->ac, on_ask_reply, (void *)sc->attempt, "SENTINEL get-master-addr-by-name %s",
+	redisAsyncCommand(sc->ac, on_ask_reply, (void *)sc->attempt, "SENTINEL MASTER %s",
 	                  S.addr->master_name);
 }
 
@@ -449,6 +517,8 @@ static void on_switch(const char *msg, size_t len)
 	 * sentinel that announced the switch is asked first from now on. */
 	S.switches++;
 	S.ask_first = S.watch.idx + 1;
+	if (S.have_floor)
+		S.floor++; /* the switch's epoch is newer than any taken before */
 	S.on_master(host, port, true);
 }
 

@@ -2,9 +2,11 @@
  * sentinel.h - finds the master that Redis Sentinel names for a master
  * name, and follows it (sentinel:// URLs).
  *
- * Asking: SENTINEL get-master-addr-by-name, one sentinel after another in
- * the URL's order until one answers; after a round where none did, again
- * after a backoff. Watching: one sentinel at a time is subscribed to
+ * Asking: SENTINEL MASTER, every sentinel in the URL's order; the round
+ * takes the view with the highest config epoch, never one older than a
+ * view taken before unless a majority of the sentinels agree on it (see
+ * sentinel.c); after a round where no view could be taken, again after a
+ * backoff. Watching: one sentinel at a time is subscribed to
  * +switch-master; when it goes, the next one is. Every address learnt
  * either way goes to on_master; the caller decides whether it is news.
  * Host names are resolved off the loop.

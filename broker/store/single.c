@@ -33,28 +33,16 @@ static struct {
 	bool had_master;  /* a master was named before */
 	char host[URL_HOST_MAX + 1];
 	int port;
-	/* The master before the last switch, and when it was left. */
-	char prev_host[URL_HOST_MAX + 1];
-	int prev_port;
-	uint64_t switched_at;
 } M;
 
-/* An answer that names the master left less than this ago is taken for a
- * sentinel that has not heard of the switch yet; only +switch-master
- * (or, after this, any answer) takes the broker back there. */
-#define NO_GOING_BACK_MS 30000
-
-/* The sentinels named a master (maybe the one we have). */
+/* The sentinels named a master (maybe the one we have). An older view
+ * than one taken before never comes here: sentinel.c compares the
+ * sentinels' config epochs. */
 static void on_master(const char *host, int port, bool announced)
 {
 	bool failover = M.had_master;
 
-	if (!announced && M.prev_port == port && strcmp(M.prev_host, host) == 0 &&
-	    timers_now() - M.switched_at < NO_GOING_BACK_MS) {
-		LOG(LOG_INFO, "msg=\"a sentinel named the master left before; not going back\" addr=%s:%d",
-		    host, port);
-		return;
-	}
+	(void)announced;
 	if (!rpool_set_target(P, host, port, failover))
 		return;
 	if (failover) {
@@ -63,11 +51,6 @@ static void on_master(const char *host, int port, bool announced)
 		    "from=%s:%d to=%s:%d", M.host, M.port, host, port);
 	} else {
 		LOG(LOG_INFO, "msg=\"redis master found\" addr=%s:%d", host, port);
-	}
-	if (M.had_master) {
-		snprintf(M.prev_host, sizeof(M.prev_host), "%s", M.host);
-		M.prev_port = M.port;
-		M.switched_at = timers_now();
 	}
 	M.had_master = true;
 	snprintf(M.host, sizeof(M.host), "%s", host);
