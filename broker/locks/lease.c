@@ -31,6 +31,7 @@ typedef struct ring_token {
 	htab_node_t node;
 	bool used;
 	uint64_t at;
+	const char *why; /* lost: the reason reported (a static string) */
 	char token[LEASE_TOKEN_LEN];
 } ring_token_t;
 
@@ -295,7 +296,7 @@ static bool ring_match(const htab_node_t *n, const void *key)
 	return memcmp(e->token, key, LEASE_TOKEN_LEN) == 0;
 }
 
-static void ring_add(token_ring_t *r, const char *token)
+static void ring_add(token_ring_t *r, const char *token, const char *why)
 {
 	ring_token_t *e;
 
@@ -307,18 +308,20 @@ static void ring_add(token_ring_t *r, const char *token)
 		htab_remove(&r->index, &e->node);
 	e->used = true;
 	e->at = timers_now();
+	e->why = why;
 	memcpy(e->token, token, LEASE_TOKEN_LEN);
 	htab_insert(&r->index, &e->node, token_hash(token, LEASE_TOKEN_LEN));
 }
 
-static bool ring_has(const token_ring_t *r, const char *token, size_t len, uint64_t keep_ms)
+static const ring_token_t *ring_find(const token_ring_t *r, const char *token, size_t len,
+                                     uint64_t keep_ms)
 {
 	const ring_token_t *e;
 
 	if (len != LEASE_TOKEN_LEN || !r->ring)
-		return false;
+		return NULL;
 	e = (const ring_token_t *)htab_find(&r->index, token_hash(token, len), ring_match, token);
-	return e && timers_now() - e->at < keep_ms;
+	return e && timers_now() - e->at < keep_ms ? e : NULL;
 }
 
 static void ring_free(token_ring_t *r)
@@ -329,19 +332,50 @@ static void ring_free(token_ring_t *r)
 	r->next = 0;
 }
 
+const char *lease_lost_reason(const char *token, size_t len)
+{
+	const ring_token_t *e = ring_find(&lost, token, len, LEASE_LOST_KEEP_MS);
+
+	return e ? e->why : NULL;
+}
+
 bool lease_was_lost(const char *token, size_t len)
 {
-	return ring_has(&lost, token, len, LEASE_LOST_KEEP_MS);
+	return lease_lost_reason(token, len) != NULL;
 }
 
 void lease_note_detached_grant(const char *token)
 {
-	ring_add(&detached, token);
+	ring_add(&detached, token, "");
 }
 
 bool lease_granted_detached_lately(const char *token, size_t len)
 {
-	return ring_has(&detached, token, len, LEASE_DETACHED_KEEP_MS);
+	return ring_find(&detached, token, len, LEASE_DETACHED_KEEP_MS) != NULL;
+}
+
+const char *lease_lost_message(const char *why)
+{
+	if (strcmp(why, "expired") == 0)
+		return "the lease was lost (reason: expired): its TTL ran out without renewal";
+	if (strcmp(why, "max_hold") == 0)
+		return "the lease was lost (reason: max_hold): its max_hold_ms ran out";
+	if (strcmp(why, "gone") == 0)
+		return "the lease was lost (reason: gone): Redis no longer holds it";
+	if (strcmp(why, "redis_unavailable") == 0)
+		return "the lease was lost (reason: redis_unavailable): it could not be renewed in time";
+	return NULL;
+}
+
+/* The static string of a reason (the ring keeps a pointer). */
+static const char *reason_const(const char *reason)
+{
+	static const char *const known[] = {"expired", "gone", "redis_unavailable", "max_hold"};
+
+	for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
+		if (strcmp(reason, known[k]) == 0)
+			return known[k];
+	return "gone";
 }
 
 void lease_lost(lease_t *l, const char *reason)
@@ -354,7 +388,7 @@ void lease_lost(lease_t *l, const char *reason)
 	server.stats.lost_total++;
 	counters_lost(reason);
 	client_send(s, resp_event_lost(l->token, (lb_str_t){l->lock, l->lock_len}, reason));
-	ring_add(&lost, l->token);
+	ring_add(&lost, l->token, reason_const(reason));
 	if (strcmp(reason, "gone") != 0)
 		lease_release_in_redis(l->lock, l->lock_len, l->token,
 		                       l->expires_at + LEASE_RELEASE_SLACK_MS, l->uncertain);

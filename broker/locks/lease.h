@@ -137,6 +137,11 @@ void lease_undo_reentry_in_redis(lease_t *l, int64_t reentry_seq, uint64_t until
 /* True when this broker reported the lease of token lost (recently: the
  * last LEASE_LOST_KEPT tokens of the last LEASE_LOST_KEEP_MS). */
 bool lease_was_lost(const char *token, size_t len);
+/* The reason it was reported lost with ("expired", "gone", ...), or NULL. */
+const char *lease_lost_reason(const char *token, size_t len);
+/* The message of a not_held for a lease lost for that reason (a lost
+ * event's reason, or a detached lease's end found in Redis), or NULL. */
+const char *lease_lost_message(const char *why);
 /* A detached grant was answered (the lease is in no table here): a reply
  * that reports it granted again within LEASE_DETACHED_KEEP_MS is not given
  * back. */

@@ -111,6 +111,23 @@ static void grants_then_done(opctx_t *c, const redisReply *r)
 	opctx_done(c);
 }
 
+/* A detached lease's end, as Redis recorded it (pointer_why): the
+ * not_held says it was lost, and why. */
+static void on_why(const redisReply *r, void *priv)
+{
+	opctx_t *c = priv;
+	char why[24];
+	const char *msg = NULL;
+
+	if (!store_reply_failed(r) && r->type == REDIS_REPLY_STRING && r->len < sizeof(why)) {
+		memcpy(why, r->str, r->len);
+		why[r->len] = '\0';
+		msg = lease_lost_message(why);
+	}
+	client_send_error(c->s, c->id, LB_E_NOT_HELD, msg);
+	opctx_done(c);
+}
+
 static bool lease_reply_or_answer(opctx_t *c, const redisReply *r, const char *script,
                                   int64_t *result, lease_t **out)
 {
@@ -130,7 +147,16 @@ static bool lease_reply_or_answer(opctx_t *c, const redisReply *r, const char *s
 	if (*result < 0) {
 		if (l)
 			lease_lost(l, "gone");
-		client_send_error(c->s, c->id, LB_E_NOT_HELD, NULL);
+		if (!l && c->detach) {
+			/* Ended in Redis: how is asked of its pointer first (the
+			 * grants this reply carries go out now). */
+			if (r->type == REDIS_REPLY_ARRAY)
+				waitq_take_grants(c->lock, c->lock_len, r, 1, c->sent_at);
+			if (pointer_why(c->token, on_why, c) < 0)
+				on_why(NULL, c);
+			return false;
+		}
+		client_send_error(c->s, c->id, LB_E_NOT_HELD, l ? lease_lost_message("gone") : NULL);
 		grants_then_done(c, r);
 		return false;
 	}
@@ -223,6 +249,8 @@ static void on_extend_reply(const redisReply *r, void *priv)
 	opctx_reply_int(r, 1, &hold);
 	if (l)
 		watchdog_confirmed(l, c->sent_at, ms, hold);
+	else
+		pointer_note_end(c->token, ms, hold); /* detached: for a later not_held */
 	client_send_extended(c->s, c->id, ms);
 	opctx_done(c);
 }
@@ -317,8 +345,11 @@ bool lockops_answer_locally(client_t *s, req_t *req)
 	if (token_valid(token) && !lease_was_lost(token.ptr, token.len))
 		return false;
 	/* Not a token this broker could have issued, or a lease it told its
-	 * holder was lost: not held, whatever Redis (up or not) would say. */
-	client_send_error(s, req->id, LB_E_NOT_HELD, NULL);
+	 * holder was lost: not held, whatever Redis (up or not) would say;
+	 * lost, with the reason the holder was told. */
+	client_send_error(s, req->id, LB_E_NOT_HELD,
+	                  token_valid(token) ? lease_lost_message(lease_lost_reason(token.ptr, token.len))
+	                                     : NULL);
 	return true;
 }
 

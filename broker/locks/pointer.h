@@ -26,6 +26,13 @@ int pointer_set(const char *token, const char *lock, size_t lock_len, int64_t li
 /* The lock name of token (a string reply, or nil); the pointer then lives
  * at least life_ms + LB_INDEX_MARGIN_MS more (life_ms 0: as it is). */
 int pointer_get(const char *token, int64_t life_ms, store_fn fn, void *priv);
+/* Records the lease's end as granted or extended (life_ms and hold_ms
+ * left, 0: no max hold), so that a later release or extend of it can say
+ * how it ended; the answer is not awaited. */
+void pointer_note_end(const char *token, int64_t life_ms, int64_t hold_ms);
+/* How the lease of token ended ("max_hold", "expired", "gone": a string
+ * reply) or nil when its end is not known. */
+int pointer_why(const char *token, store_fn fn, void *priv);
 /* Removes it (the lease was released); a failure is only logged. */
 void pointer_del(const char *token);
 

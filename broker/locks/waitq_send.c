@@ -138,6 +138,8 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 	}
 	LOG(LOG_DEBUG, "msg=\"acquired\" session=%s lease=%s fence=%" PRId64 "%s", s->name,
 	    log_token(w->id, tb), fence, w->detach ? " detached=1" : "");
+	if (w->detach)
+		pointer_note_end(w->id, ttl_granted, hold_ms); /* for a later not_held */
 	if (w->detach && timers_now() - w->pointer_at >= LB_INDEX_REFRESH_MS &&
 	    refresh_pointer_then_answer(w, &ans)) {
 		/* answered once the pointer is stored */

@@ -875,8 +875,11 @@ static int rl_send(const char *route, size_t route_len, script_id_t script, int 
 	timer_init(&c->timer, on_timer);
 	if (retry_until > now + RL_LEG_RETRY_MS)
 		retry_until = now + RL_LEG_RETRY_MS;
-	if (script == SCRIPT_LEASE_INDEX && argc >= 2)
-		c->index_get = argvlen[1] == 3 && memcmp(argv[1], "get", 3) == 0;
+	/* lease_index.lua's reads (its op follows its keys): the first answer
+	 * found on any master. */
+	if (script == SCRIPT_LEASE_INDEX && argc > nkeys)
+		c->index_get = (argvlen[nkeys] == 3 && memcmp(argv[nkeys], "get", 3) == 0) ||
+		               (argvlen[nkeys] == 3 && memcmp(argv[nkeys], "why", 3) == 0);
 	if ((script == SCRIPT_ACQUIRE && argc < nkeys + 10) || argc > RL_ARGS_MAX) {
 		free(c);
 		return -1;

@@ -126,18 +126,25 @@ static bool key_then_args(const char *key, size_t key_len, int argc, const char 
 	return true;
 }
 
-int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc,
-                   const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
-                   uint64_t retry_until)
+int store_eval_keys(const char *key, size_t key_len, int nmore, script_id_t script, int argc,
+                    const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
+                    uint64_t retry_until)
 {
 	const char *all[8], *part;
 	size_t lens[8], part_len;
 
-	if (!key_then_args(key, key_len, argc, argv, argvlen, all, lens))
+	if (nmore < 0 || nmore > argc || !key_then_args(key, key_len, argc, argv, argvlen, all, lens))
 		return -1;
 	part = route_part(key, key_len, &part_len);
-	return B->eval(part, part_len, script, 1, argc + 1, all, lens, fn, priv, retry_until, 0,
-	               RP_NO_WAIT, -1);
+	return B->eval(part, part_len, script, 1 + nmore, argc + 1, all, lens, fn, priv, retry_until,
+	               0, RP_NO_WAIT, -1);
+}
+
+int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc,
+                   const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
+                   uint64_t retry_until)
+{
+	return store_eval_keys(key, key_len, 0, script, argc, argv, argvlen, fn, priv, retry_until);
 }
 
 int store_eval_key_on(int master, const char *key, size_t key_len, script_id_t script, int argc,

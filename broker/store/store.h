@@ -14,7 +14,8 @@
  *     have been missed (the inbox was down).
  *   - "is Redis up, did it lose data": store_up(); events.on_up when it
  *     comes up; events.on_data_loss when it may have lost data (a new
- *     run_id on reconnect, or the canary key, checked once a second).
+ *     run_id on reconnect, or the canary key, checked every
+ *     --canary-interval-ms).
  *   - "renew these leases": each renewal is a call on its lock; calls
  *     that go out in one loop turn leave on their connections together
  *     (pipelined), so the renewals of one connection travel in one batch.
@@ -170,6 +171,11 @@ size_t store_masters(store_master_t *out, size_t max);
 int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc,
                    const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
                    uint64_t retry_until);
+/* The same with more keys: argv[0..nmore-1] are keys too (in the same
+ * hash tag as key, so they go where it goes), the script's args follow. */
+int store_eval_keys(const char *key, size_t key_len, int nmore, script_id_t script, int argc,
+                    const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
+                    uint64_t retry_until);
 
 /* NULL or an error reply. */
 static inline bool store_reply_failed(const redisReply *r)

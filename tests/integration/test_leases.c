@@ -384,3 +384,67 @@ LB_TEST(leases, a_broker_woken_from_a_stall_tells_what_expired_first, 40)
     lb_expect_err(rel, "not_held");
     lb_end();
 }
+
+/* A lease that ended says so in every later not_held (issue 26, point 14):
+ * lost, and the reason a lost event gives. A detached lease's end is
+ * known to no session (its own may be gone), so any session on any broker
+ * that releases it later hears how it ended; a lease of this broker that
+ * was reported lost says the reason it was reported with. Before, every
+ * not_held said only "the lease is unknown, released, expired or lost". */
+static void expect_lost_not_held(json_t *resp, const char *reason)
+{
+    char want[64];
+
+    lb_expect_err(resp, "not_held");
+    snprintf(want, sizeof(want), "(reason: %s)", reason);
+    cr_assert(strstr(lb_str(resp, "error.message"), want) != NULL, "want %s in %s", want,
+              lb_dump(resp));
+}
+
+LB_TEST(leases, a_detached_lease_that_ended_says_how_to_any_session, 40)
+{
+    lb_redis *r = lb_redis_start(false);
+    lb_broker *a = lb_broker_start(r, NULL), *b = lb_broker_start(r, NULL);
+    lb_client *c = lb_connect(a, LB_TCP), *o = lb_connect(b, LB_TCP);
+    json_t *g[3];
+
+    g[0] = lb_call(c, "{s:s, s:s, s:i, s:i, s:b}", "op", "acquire", "lock", "d-exp", "ttl_ms", 300,
+                   "wait_ms", 0, "detach", 1);
+    g[1] = lb_call(c, "{s:s, s:s, s:i, s:i, s:b, s:i}", "op", "acquire", "lock", "d-hold", "ttl_ms",
+                   30000, "wait_ms", 0, "detach", 1, "max_hold_ms", 300);
+    g[2] = lb_call(c, "{s:s, s:s, s:i, s:i, s:b}", "op", "acquire", "lock", "d-gone", "ttl_ms",
+                   30000, "wait_ms", 0, "detach", 1);
+    for (int k = 0; k < 3; k++)
+        lb_expect_ok(g[k]);
+    /* extended once: the end recorded is the extension's */
+    lb_expect_ok(lb_call(c, "{s:s, s:s, s:i}", "op", "extend", "lease", lb_str(g[0], "lease"),
+                         "ttl_ms", 400));
+    lb_close(c);
+    lb_sleep_ms(800);
+    cr_assert_eq(lb_redis_del_lock_keys(r, "lb:", "d-gone"), 1);
+    expect_lost_not_held(lb_call(o, "{s:s, s:s}", "op", "release", "lease", lb_str(g[0], "lease")),
+                         "expired");
+    expect_lost_not_held(lb_call(o, "{s:s, s:s}", "op", "release", "lease", lb_str(g[1], "lease")),
+                         "max_hold");
+    expect_lost_not_held(lb_call(o, "{s:s, s:s, s:i}", "op", "extend", "lease",
+                                 lb_str(g[2], "lease"), "ttl_ms", 1000),
+                         "gone");
+    lb_end();
+}
+
+LB_TEST(leases, a_lost_lease_says_its_reason_in_later_not_held, 40)
+{
+    lb_redis *r = lb_redis_start(false);
+    lb_broker *b = lb_broker_start(r, NULL);
+    lb_client *c = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_UNIX);
+    json_t *g = acquire_nowd(c, "l-exp", 300);
+
+    lb_expect_ok(g);
+    expect_lost(c, lb_str(g, "lease"), "l-exp", "expired", lb_now_ms(), 0, 2000);
+    expect_lost_not_held(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lb_str(g, "lease")),
+                         "expired");
+    expect_lost_not_held(lb_call(o, "{s:s, s:s, s:i}", "op", "extend", "lease", lb_str(g, "lease"),
+                                 "ttl_ms", 1000),
+                         "expired");
+    lb_end();
+}
