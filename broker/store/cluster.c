@@ -711,7 +711,7 @@ static void reply_to(struct ccall *cc, const redisReply *reply)
 		} else {
 			if (to >= 0 && rd.slot == cc->slot)
 				C.owner[rd.slot] = (int16_t)to; /* until the map says */
-			cluster_topo_refresh();
+			cluster_topo_refresh_from(&rd.to);
 		}
 		if (to >= 0 && timers_now() < cc->budget_end) {
 			/* At once, the first few times; then (nodes that send it

@@ -11,6 +11,8 @@
 static void clear(cluster_map_t *m)
 {
 	m->nmasters = 0;
+	for (int k = 0; k < CLUSTER_MASTERS_MAX; k++)
+		m->epoch[k] = -1;
 	for (int s = 0; s < SLOT_COUNT; s++)
 		m->owner[s] = -1;
 }
@@ -104,6 +106,103 @@ int cluster_map_read_slots(cluster_map_t *m, const redisReply *r, const char *as
 	for (int s = 0; s < SLOT_COUNT; s++)
 		unserved += m->owner[s] < 0;
 	return unserved;
+}
+
+/* One CLUSTER NODES line [p, end): the master's epoch into m. */
+static void read_node_line(cluster_map_t *m, const char *p, const char *end, const char *asked_host)
+{
+	const char *f[8];
+	size_t flen[8];
+	int n = 0;
+
+	while (n < 8 && p < end) {
+		while (p < end && *p == ' ')
+			p++;
+		f[n] = p;
+		while (p < end && *p != ' ')
+			p++;
+		flen[n] = (size_t)(p - f[n]);
+		if (flen[n] > 0)
+			n++;
+	}
+	if (n < 7)
+		return;
+	/* flags: a comma list holding "master" */
+	{
+		bool master = false;
+		const char *q = f[2], *fe = f[2] + flen[2];
+		while (q < fe) {
+			const char *c = memchr(q, ',', (size_t)(fe - q));
+			size_t l = (size_t)((c ? c : fe) - q);
+			master = master || (l == 6 && memcmp(q, "master", 6) == 0);
+			q = c ? c + 1 : fe;
+		}
+		if (!master)
+			return;
+	}
+	/* HOST:PORT@BUS[,NAME]: the port after the last ':' before '@' */
+	const char *at = memchr(f[1], '@', flen[1]);
+	const char *addr_end = at ? at : f[1] + flen[1];
+	const char *colon = NULL;
+	for (const char *q = f[1]; q < addr_end; q++)
+		if (*q == ':')
+			colon = q;
+	if (!colon)
+		return;
+	long long port = 0;
+	for (const char *q = colon + 1; q < addr_end; q++) {
+		if (*q < '0' || *q > '9' || port > 65535)
+			return;
+		port = port * 10 + (*q - '0');
+	}
+	const char *host = f[1];
+	size_t hlen = (size_t)(colon - f[1]);
+	if (hlen == 0) {
+		host = asked_host;
+		hlen = strlen(asked_host);
+	}
+	long long epoch = 0;
+	for (size_t k = 0; k < flen[6]; k++) {
+		if (f[6][k] < '0' || f[6][k] > '9' || epoch > (INT64_MAX - 9) / 10)
+			return;
+		epoch = epoch * 10 + (f[6][k] - '0');
+	}
+	for (int k = 0; k < m->nmasters; k++) {
+		if (m->masters[k].port == (int)port && strlen(m->masters[k].host) == hlen &&
+		    memcmp(m->masters[k].host, host, hlen) == 0)
+			m->epoch[k] = epoch;
+	}
+}
+
+void cluster_map_read_epochs(cluster_map_t *m, const char *text, size_t len, const char *asked_host)
+{
+	const char *p = text, *end = text + len;
+
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		const char *le = nl ? nl : end;
+		if (le > p && le[-1] == '\r')
+			read_node_line(m, p, le - 1, asked_host);
+		else
+			read_node_line(m, p, le, asked_host);
+		p = nl ? nl + 1 : end;
+	}
+}
+
+int cluster_map_older_slots(const cluster_map_t *m, const cluster_map_t *cur)
+{
+	int older = 0;
+
+	for (int s = 0; s < SLOT_COUNT; s++) {
+		int a = m->owner[s], b = cur->owner[s];
+		if (a < 0 || b < 0)
+			continue;
+		if (m->masters[a].port == cur->masters[b].port &&
+		    strcmp(m->masters[a].host, cur->masters[b].host) == 0)
+			continue;
+		older += m->epoch[a] >= 0 && cur->epoch[b] >= 0 && m->epoch[a] < cur->epoch[b];
+	}
+	return older;
 }
 
 const host_port_t *cluster_map_master_of(const cluster_map_t *m, uint16_t slot)

@@ -26,6 +26,7 @@
 typedef struct cluster_map {
 	int nmasters;
 	host_port_t masters[CLUSTER_MASTERS_MAX];
+	int64_t epoch[CLUSTER_MASTERS_MAX]; /* each master's config epoch, -1: unknown */
 	int16_t owner[SLOT_COUNT]; /* index into masters, or -1 */
 } cluster_map_t;
 
@@ -37,6 +38,18 @@ typedef struct cluster_map {
  * then left with every slot unserved). */
 int cluster_map_read_slots(cluster_map_t *m, const redisReply *r, const char *asked_host, char *err,
                            size_t errlen);
+
+/* Reads the config epoch of each master of m from a CLUSTER NODES reply
+ * (its text: a line per node, "ID HOST:PORT@BUS[,NAME] FLAGS MASTER PING
+ * PONG EPOCH LINK SLOT..."; an empty HOST is the node that was asked).
+ * A master the text does not list as a master keeps epoch -1. */
+void cluster_map_read_epochs(cluster_map_t *m, const char *text, size_t len, const char *asked_host);
+
+/* The number of slots that m gives to another master than cur does, with
+ * an older config epoch than cur's master there: m is older than cur
+ * there (a node that has not heard of a failover, or a master deposed
+ * behind a partition, still names the old master). 0: m may be taken. */
+int cluster_map_older_slots(const cluster_map_t *m, const cluster_map_t *cur);
 
 /* The master that serves slot, or NULL. */
 const host_port_t *cluster_map_master_of(const cluster_map_t *m, uint16_t slot);

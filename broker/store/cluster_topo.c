@@ -2,17 +2,22 @@
  * cluster_topo.c - follows a Redis Cluster's slot map (see cluster_topo.h).
  *
  * One hiredis async connection at a time: AUTH when a password is set,
- * then CLUSTER INFO (the node's cluster_current_epoch: the newest epoch it
- * has heard of) and CLUSTER SLOTS. A round asks each node in turn: the
- * masters of the last map given, then the seeds (each address once). A
- * node that cannot be reached, answers an error or a reply cluster_map
- * cannot read, or takes longer than ASK_TIMEOUT_MS gives no answer. At
- * the round's end the map of the node with the newest epoch is taken: a
- * node cut off from the others (a master deposed behind a partition of
- * the cluster bus) still names itself for its slots, with an older epoch.
- * A map older than one taken before is not taken, unless most of the
- * nodes that answered give an older epoch too (the cluster was made anew).
- * A round with no map to take is tried again after a backoff
+ * then CLUSTER INFO (the node's cluster_current_epoch), CLUSTER SLOTS (the
+ * map) and CLUSTER NODES (each master's config epoch). A round asks the
+ * nodes in turn: the masters of the last map given, then the seeds (each
+ * address once), starting one further along each round (so that no node
+ * is always asked first), or at the node a redirect named (it serves the
+ * slot now). A node that cannot be reached, answers an error or a reply
+ * cluster_map cannot read, or takes longer than ASK_TIMEOUT_MS gives no
+ * answer. The first map that gives no slot to a master with an older
+ * config epoch than the last map taken gives it ends the round: a node
+ * that has not heard of a failover yet, or a master deposed behind a
+ * partition of the cluster bus, still names the old master for those
+ * slots, with its older epoch, and is not believed (the broker never goes
+ * back to an older view). A round where every answer was older takes the
+ * map of the node with the newest current epoch when most of the nodes
+ * answered so (the cluster was made anew, its epochs started again);
+ * otherwise, and when no node answered, it is tried again after a backoff
  * (ROUND_MIN_MS doubling to ROUND_MAX_MS). A map that differs from the
  * last one goes to on_map (a partial map too: it is what the cluster says,
  * and the backend answers unavailable for the slots nobody serves).
@@ -61,9 +66,13 @@ static struct {
 	 * how many of them were older than the floor (the newest epoch of a
 	 * map taken before, once there is one). */
 	int64_t epoch_now; /* the node asked: its current epoch, -1 unknown */
-	bool have_best, have_floor;
-	int64_t best_epoch, floor;
+	bool slots_ok;     /* the node asked gave a slot map (in next) */
+	bool have_best;
+	int64_t best_epoch;
 	int answers, older;
+	int start; /* where the next round starts among the candidates */
+	bool have_hint;
+	host_port_t hint; /* asked first by the next round (a redirect's target) */
 	cluster_map_t best;
 	uint32_t round_ms;
 	/* The question out. */
@@ -110,6 +119,12 @@ static bool current(const redisAsyncContext *ac, void *priv)
 	return T.ac == ac && (uintptr_t)priv == T.attempt;
 }
 
+/* The node asked now: the round's T.at-th, from where it started. */
+static int cand_at(void)
+{
+	return T.ncand > 0 ? (T.start + T.at) % T.ncand : 0;
+}
+
 static void add_candidate(const host_port_t *hp)
 {
 	for (int k = 0; k < T.ncand; k++)
@@ -137,7 +152,26 @@ static void start_round(void)
 	T.answers = 0;
 	T.older = 0;
 	make_candidates();
+	/* T.at counts the nodes asked; cand_at() rotates the start, or starts
+	 * at the node a redirect named (it serves the slot now: it knows). */
+	T.start = T.ncand > 0 ? (T.start + 1) % T.ncand : 0;
+	if (T.have_hint) {
+		T.have_hint = false;
+		add_candidate(&T.hint);
+		for (int k = 0; k < T.ncand; k++)
+			if (T.cand[k].port == T.hint.port && strcmp(T.cand[k].host, T.hint.host) == 0)
+				T.start = k;
+	}
 	ask_node();
+}
+
+void cluster_topo_refresh_from(const host_port_t *first)
+{
+	if (T.closing || !T.loop)
+		return;
+	T.hint = *first;
+	T.have_hint = true;
+	cluster_topo_refresh();
 }
 
 void cluster_topo_refresh(void)
@@ -165,37 +199,45 @@ static bool same_map(const cluster_map_t *a, const cluster_map_t *b)
 	return true;
 }
 
-/* Every node was asked: the newest map is taken, or the round is tried
- * again after a pause (see the header). */
-static void round_end(void)
+/* The round takes map. */
+static void take(const cluster_map_t *map)
 {
-	bool reset = T.answers > 0 && T.older * 2 > T.answers;
-
 	T.asking = false;
 	timer_cancel(&T.ask_timeout);
-	if (!T.have_best || (T.have_floor && T.best_epoch < T.floor && !reset)) {
-		if (T.have_best)
-			LOG(LOG_WARN, "msg=\"the cluster nodes that answered give an older map than one "
-			    "taken before; asking again later\" epoch=%lld newest_seen=%lld answers=%d",
-			    (long long)T.best_epoch, (long long)T.floor, T.answers);
-		else
-			LOG(LOG_WARN, "msg=\"no cluster node gave its slot map; asking again later\" "
-			    "in_ms=%u", (unsigned)T.round_ms);
-		timer_at(&T.ask_later, timers_now() + T.round_ms);
-		T.round_ms = T.round_ms * 2 > ROUND_MAX_MS ? ROUND_MAX_MS : T.round_ms * 2;
-		return;
-	}
 	T.round_ms = ROUND_MIN_MS;
-	T.have_floor = true;
-	T.floor = T.best_epoch;
-	if (!T.have || T.deliver || !same_map(&T.map, &T.best)) {
-		T.map = T.best;
+	if (!T.have || T.deliver || !same_map(&T.map, map)) {
+		T.map = *map;
 		T.have = true;
 		T.on_map(&T.map);
 	}
 	T.deliver = T.again; /* a refresh during this round: its own answer goes out too */
 	if (T.again && !T.closing)
 		start_round();
+}
+
+/* Every node was asked and none gave a map to take (each was older than
+ * the last map somewhere): when most answered so, the cluster was made
+ * anew, and the map of the node with the newest current epoch is taken;
+ * else again after a pause. */
+static void round_end(void)
+{
+	if (T.have_best && T.older * 2 > T.answers) {
+		LOG(LOG_WARN, "msg=\"the cluster nodes give older config epochs than before: the "
+		    "cluster was made anew; taking its map\" current_epoch=%lld answers=%d",
+		    (long long)T.best_epoch, T.answers);
+		take(&T.best);
+		return;
+	}
+	T.asking = false;
+	timer_cancel(&T.ask_timeout);
+	if (T.have_best)
+		LOG(LOG_WARN, "msg=\"the cluster nodes that answered give an older map than one taken "
+		    "before; asking again later\" answers=%d older=%d", T.answers, T.older);
+	else
+		LOG(LOG_WARN, "msg=\"no cluster node gave its slot map; asking again later\" in_ms=%u",
+		    (unsigned)T.round_ms);
+	timer_at(&T.ask_later, timers_now() + T.round_ms);
+	T.round_ms = T.round_ms * 2 > ROUND_MAX_MS ? ROUND_MAX_MS : T.round_ms * 2;
 }
 
 /* The node asked answered (its map is counted) or did not: the next one,
@@ -233,21 +275,47 @@ static void on_slots(redisAsyncContext *ac, void *r, void *priv)
 
 	if (!current(ac, priv) || !reply)
 		return; /* stale, or the disconnect reports it */
+	T.slots_ok = false;
 	unserved = reply->type == REDIS_REPLY_ERROR
 	               ? (snprintf(err, sizeof(err), "%.150s", reply->str), -1)
 	               : cluster_map_read_slots(&T.next, reply, T.asked_host, err, sizeof(err));
 	if (unserved < 0 || T.next.nmasters == 0) {
 		LOG(LOG_WARN, "msg=\"cluster node gave no slot map\" node=%s:%d err=\"%s\"",
-		    T.cand[T.at].host, T.cand[T.at].port, unserved < 0 ? err : "no master serves a slot");
+		    T.cand[cand_at()].host, T.cand[cand_at()].port,
+		    unserved < 0 ? err : "no master serves a slot");
 		next_node(true);
 		return;
 	}
 	if (unserved > 0)
 		LOG(LOG_WARN, "msg=\"cluster slots without a master\" node=%s:%d slots=%d",
-		    T.cand[T.at].host, T.cand[T.at].port, unserved);
+		    T.cand[cand_at()].host, T.cand[cand_at()].port, unserved);
+	T.slots_ok = true; /* the node's CLUSTER NODES, next, decides */
+}
+
+/* CLUSTER NODES of the node asked: the config epoch of each master of
+ * its map; a map that gives some slot to an older master than the last
+ * map taken is not taken (see the header). */
+static void on_nodes(redisAsyncContext *ac, void *r, void *priv)
+{
+	const redisReply *reply = r;
+	int older;
+
+	if (!current(ac, priv) || !reply)
+		return;
+	if (!T.slots_ok)
+		return; /* on_slots moved on */
+	if (reply->type == REDIS_REPLY_STRING)
+		cluster_map_read_epochs(&T.next, reply->str, reply->len, T.asked_host);
 	T.answers++;
-	if (T.have_floor && T.epoch_now < T.floor)
-		T.older++;
+	older = T.have ? cluster_map_older_slots(&T.next, &T.map) : 0;
+	if (older == 0) {
+		abandon(true);
+		take(&T.next);
+		return;
+	}
+	LOG(LOG_INFO, "msg=\"a cluster node names masters older than the map taken before; asking "
+	    "the next\" node=%s:%d slots=%d", T.cand[cand_at()].host, T.cand[cand_at()].port, older);
+	T.older++;
 	if (!T.have_best || T.epoch_now > T.best_epoch) {
 		T.best = T.next;
 		T.best_epoch = T.epoch_now;
@@ -262,8 +330,8 @@ static void on_auth(redisAsyncContext *ac, void *r, void *priv)
 
 	if (!current(ac, priv) || !reply || reply->type != REDIS_REPLY_ERROR)
 		return;
-	LOG(LOG_WARN, "msg=\"cluster node refused the password\" node=%s:%d", T.cand[T.at].host,
-	    T.cand[T.at].port);
+	LOG(LOG_WARN, "msg=\"cluster node refused the password\" node=%s:%d", T.cand[cand_at()].host,
+	    T.cand[cand_at()].port);
 	next_node(true);
 }
 
@@ -271,8 +339,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
 {
 	if (status == REDIS_OK || T.ac != ac)
 		return;
-	LOG(LOG_WARN, "msg=\"cluster node unreachable\" node=%s:%d err=\"%s\"", T.cand[T.at].host,
-	    T.cand[T.at].port, ac->errstr);
+	LOG(LOG_WARN, "msg=\"cluster node unreachable\" node=%s:%d err=\"%s\"", T.cand[cand_at()].host,
+	    T.cand[cand_at()].port, ac->errstr);
 	T.attempt++;
 	T.ac = NULL; /* hiredis frees it after this */
 	next_node(false);
@@ -290,13 +358,13 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 
 static void open_node(const char *ip)
 {
-	redisAsyncContext *ac = redisAsyncConnect(ip, T.cand[T.at].port);
+	redisAsyncContext *ac = redisAsyncConnect(ip, T.cand[cand_at()].port);
 	struct cref *ref;
 
 	REQUIRE(ac != NULL);
 	if (ac->err) {
-		LOG(LOG_WARN, "msg=\"cluster node unreachable\" node=%s:%d err=\"%s\"", T.cand[T.at].host,
-		    T.cand[T.at].port, ac->errstr);
+		LOG(LOG_WARN, "msg=\"cluster node unreachable\" node=%s:%d err=\"%s\"", T.cand[cand_at()].host,
+		    T.cand[cand_at()].port, ac->errstr);
 		redisAsyncFree(ac);
 		next_node(false);
 		return;
@@ -312,15 +380,17 @@ static void open_node(const char *ip)
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	T.ac = ac;
-	snprintf(T.asked_host, sizeof(T.asked_host), "%s", T.cand[T.at].host);
+	snprintf(T.asked_host, sizeof(T.asked_host), "%s", T.cand[cand_at()].host);
 	if (T.password) {
 		const char *argv[2] = {"AUTH", T.password};
 		size_t argvlen[2] = {4, strlen(T.password)};
 		redisAsyncCommandArgv(ac, on_auth, (void *)T.attempt, 2, argv, argvlen);
 	}
 	T.epoch_now = -1;
+	T.slots_ok = false;
 	redisAsyncCommand(ac, on_info, (void *)T.attempt, "CLUSTER INFO");
 	redisAsyncCommand(ac, on_slots, (void *)T.attempt, "CLUSTER SLOTS");
+	redisAsyncCommand(ac, on_nodes, (void *)T.attempt, "CLUSTER NODES");
 }
 
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
@@ -342,17 +412,17 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 	}
 	if (!ip[0]) {
 		LOG(LOG_WARN, "msg=\"cannot resolve the cluster node\" node=%s:%d err=\"%s\"",
-		    T.cand[T.at].host, T.cand[T.at].port, status ? uv_strerror(status) : "no address");
+		    T.cand[cand_at()].host, T.cand[cand_at()].port, status ? uv_strerror(status) : "no address");
 		next_node(false);
 		return;
 	}
 	open_node(ip);
 }
 
-/* Asks T.cand[T.at], with the question's deadline. */
+/* Asks the round's node now (cand_at), with the question's deadline. */
 static void ask_node(void)
 {
-	const char *host = T.cand[T.at].host;
+	const char *host = T.cand[cand_at()].host;
 	struct in6_addr a6;
 	struct addrinfo hints;
 	int rc;
@@ -372,7 +442,7 @@ static void ask_node(void)
 	rc = uv_getaddrinfo(T.loop, &T.gai, on_resolved, host, NULL, &hints);
 	if (rc != 0) {
 		LOG(LOG_WARN, "msg=\"cannot resolve the cluster node\" node=%s:%d err=\"%s\"", host,
-		    T.cand[T.at].port, uv_strerror(rc));
+		    T.cand[cand_at()].port, uv_strerror(rc));
 		next_node(false);
 		return;
 	}
@@ -384,8 +454,8 @@ static void on_ask_timeout(timer_ent_t *t)
 	(void)t;
 	if (!T.asking)
 		return;
-	LOG(LOG_WARN, "msg=\"cluster node did not answer in time\" node=%s:%d", T.cand[T.at].host,
-	    T.cand[T.at].port);
+	LOG(LOG_WARN, "msg=\"cluster node did not answer in time\" node=%s:%d", T.cand[cand_at()].host,
+	    T.cand[cand_at()].port);
 	next_node(false);
 }
 

@@ -32,6 +32,9 @@ void cluster_topo_start(uv_loop_t *loop, const host_port_t *seeds, int nseeds,
                         const char *password, cluster_topo_fn on_map);
 /* Ask again soon: at once if no question is out, else once more after it. */
 void cluster_topo_refresh(void);
+/* The same, the next round asking first (copied) the node a redirect
+ * named: it serves the slot now, so it knows the newer map. */
+void cluster_topo_refresh_from(const host_port_t *first);
 /* Stops asking; a question out is abandoned. No on_map after this. */
 void cluster_topo_close(void);
 

@@ -6,13 +6,17 @@
  * Input: byte 0 picks the reader (even: the bytes that follow are RESP,
  * read with hiredis's reader and every reply given to
  * cluster_map_read_slots; odd: the bytes are an error reply's text for
- * cluster_read_redirect). Checked, from cluster_map.h's contract:
+ * cluster_read_redirect, and then a CLUSTER NODES text for
+ * cluster_map_read_epochs on a map of every master of the last slots
+ * read). Checked, from cluster_map.h's contract:
  * - read_slots returns -1 (then no slot is served and no master named, and
  *   err holds a message) or the count of unserved slots, which matches
  *   owner[]; every owner index names a master; masters are distinct, with
  *   a NUL-terminated non-empty host and a port in 1..65535;
  * - read_redirect returns 0 or -1; on 0 the slot is below 16384, the port
- *   in 1..65535 and the host non-empty and NUL-terminated.
+ *   in 1..65535 and the host non-empty and NUL-terminated;
+ * - read_epochs changes no slot and no master, and gives each master -1
+ *   or an epoch >= 0; older_slots of a map against itself is 0.
  * Any failed check aborts (libFuzzer reports it as a crash). RESP whose
  * array or bulk header counts past 6 digits is skipped: hiredis 0.14's
  * reader allocates an array's elements as soon as it reads its header,
@@ -106,6 +110,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			CHECK(rd.slot < SLOT_COUNT);
 			CHECK(rd.to.port >= 1 && rd.to.port <= 65535);
 			CHECK(len > 0 && len < sizeof(rd.to.host));
+		}
+		{
+			static cluster_map_t before;
+			before = M;
+			cluster_map_read_epochs(&M, (const char *)data + 1, size - 1, "asked-host");
+			CHECK(M.nmasters == before.nmasters);
+			CHECK(memcmp(M.owner, before.owner, sizeof(M.owner)) == 0);
+			for (int k = 0; k < M.nmasters; k++)
+				CHECK(M.epoch[k] >= -1);
+			CHECK(cluster_map_older_slots(&M, &M) == 0);
 		}
 	}
 	return 0;

@@ -172,3 +172,61 @@ Test(cluster_map, not_redirects)
 	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
 		cr_assert_eq(redirect(bad[k], &rd), -1, "%s", bad[k]);
 }
+
+/* ---- config epochs (issue 26, point 4) ----------------------------------- */
+
+/* A map of two masters: 7001 serves 0..8191, owner of 8192..16383 given. */
+static void two_masters(cluster_map_t *m, int second_port)
+{
+	char a[256], b[256], resp[1024];
+
+	range(a, sizeof(a), 0, 8191, "127.0.0.1", 7001);
+	range(b, sizeof(b), 8192, 16383, "127.0.0.1", second_port);
+	snprintf(resp, sizeof(resp), "*2\r\n%s%s", a, b);
+	redisReply *r = reply_of(resp);
+	cr_assert_eq(cluster_map_read_slots(m, r, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	freeReplyObject(r);
+}
+
+Test(cluster_map, config_epochs_are_read_from_cluster_nodes)
+{
+	static const char nodes[] =
+	    "aaa 127.0.0.1:7001@17001 myself,master - 0 0 3 connected 0-8191\n"
+	    "bbb 127.0.0.1:7002@17002,host-b master - 0 1700000000000 7 connected 8192-16383\n"
+	    "ccc 127.0.0.1:7003@17003 slave bbb 0 1700000000000 7 connected\n"
+	    "ddd :7009@17009 master,fail - 0 0 9 disconnected\n";
+
+	two_masters(&M, 7002);
+	cr_assert_eq(M.epoch[0], -1, "unknown before");
+	cluster_map_read_epochs(&M, nodes, strlen(nodes), "127.0.0.1");
+	cr_assert_eq(M.epoch[0], 3);
+	cr_assert_eq(M.epoch[1], 7);
+	/* garbage leaves them as they are, and does not crash */
+	cluster_map_read_epochs(&M, "x y\n\n  \r\nzz 1:2@3 master - 0 0 nine c\n", 37, "h");
+	cr_assert_eq(M.epoch[1], 7);
+}
+
+Test(cluster_map, a_map_naming_an_older_master_is_older)
+{
+	static cluster_map_t cur, stale, newer;
+	static const char cur_nodes[] = "a 127.0.0.1:7001@1 master - 0 0 3 connected\n"
+	                                "b 127.0.0.1:7004@1 master - 0 0 8 connected\n";
+	/* a node that has not heard of the failover: 7002, epoch 5 */
+	static const char stale_nodes[] = "a 127.0.0.1:7001@1 master - 0 0 3 connected\n"
+	                                  "b 127.0.0.1:7002@1 master - 0 0 5 connected\n";
+	static const char newer_nodes[] = "a 127.0.0.1:7001@1 master - 0 0 3 connected\n"
+	                                  "b 127.0.0.1:7005@1 master - 0 0 9 connected\n";
+
+	two_masters(&cur, 7004);
+	cluster_map_read_epochs(&cur, cur_nodes, strlen(cur_nodes), "127.0.0.1");
+	two_masters(&stale, 7002);
+	cluster_map_read_epochs(&stale, stale_nodes, strlen(stale_nodes), "127.0.0.1");
+	two_masters(&newer, 7005);
+	cluster_map_read_epochs(&newer, newer_nodes, strlen(newer_nodes), "127.0.0.1");
+	cr_assert_eq(cluster_map_older_slots(&stale, &cur), 8192, "the stale map is older there");
+	cr_assert_eq(cluster_map_older_slots(&newer, &cur), 0, "a newer map may be taken");
+	cr_assert_eq(cluster_map_older_slots(&cur, &cur), 0, "the same map is not older");
+	/* unknown epochs say nothing */
+	two_masters(&stale, 7002);
+	cr_assert_eq(cluster_map_older_slots(&stale, &cur), 0);
+}
