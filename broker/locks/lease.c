@@ -356,6 +356,8 @@ bool lease_granted_detached_lately(const char *token, size_t len)
 
 const char *lease_lost_message(const char *why)
 {
+	if (!why)
+		return NULL;
 	if (strcmp(why, "expired") == 0)
 		return "the lease was lost (reason: expired): its TTL ran out without renewal";
 	if (strcmp(why, "max_hold") == 0)

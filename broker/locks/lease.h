@@ -140,7 +140,8 @@ bool lease_was_lost(const char *token, size_t len);
 /* The reason it was reported lost with ("expired", "gone", ...), or NULL. */
 const char *lease_lost_reason(const char *token, size_t len);
 /* The message of a not_held for a lease lost for that reason (a lost
- * event's reason, or a detached lease's end found in Redis), or NULL. */
+ * event's reason, or a detached lease's end found in Redis), or NULL (for
+ * NULL, or a reason it does not know). */
 const char *lease_lost_message(const char *why);
 /* A detached grant was answered (the lease is in no table here): a reply
  * that reports it granted again within LEASE_DETACHED_KEEP_MS is not given

@@ -156,12 +156,16 @@ static bool lease_reply_or_answer(opctx_t *c, const redisReply *r, const char *s
 				on_why(NULL, c);
 			return false;
 		}
-		client_send_error(c->s, c->id, LB_E_NOT_HELD, l ? lease_lost_message("gone") : NULL);
+		client_send_error(c->s, c->id, LB_E_NOT_HELD,
+		                  lease_lost_message(l ? "gone" : lease_lost_reason(c->token, LEASE_TOKEN_LEN)));
 		grants_then_done(c, r);
 		return false;
 	}
 	if (!l && !c->detach) {
-		client_send_error(c->s, c->id, LB_E_NOT_HELD, NULL);
+		/* It ended here while the op was on its way: released, or lost
+		 * (then with the reason its holder was told). */
+		client_send_error(c->s, c->id, LB_E_NOT_HELD,
+		                  lease_lost_message(lease_lost_reason(c->token, LEASE_TOKEN_LEN)));
 		grants_then_done(c, r);
 		return false;
 	}

@@ -62,6 +62,14 @@ void opctx_fail_unavailable(opctx_t *c, const redisReply *r)
  * has ended whatever happened. */
 void opctx_fail_lease_op(opctx_t *c, const redisReply *r)
 {
+	const char *why = lease_lost_reason(c->token, LEASE_TOKEN_LEN);
+
+	if (why) {
+		/* Reported lost while the op was on its way: it is not held,
+		 * whatever became of the op (never unavailable, then not_held). */
+		opctx_fail(c, LB_E_NOT_HELD, lease_lost_message(why));
+		return;
+	}
 	if (r) {
 		opctx_fail_unavailable(c, r);
 		return;

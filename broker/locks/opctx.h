@@ -42,8 +42,9 @@ const char *opctx_failure_text(const redisReply *r);
 /* A failed reply: unavailable (logged), then the op ends. */
 void opctx_fail_unavailable(opctx_t *c, const redisReply *r);
 /* A lease op's failed reply: an error from Redis (the script did not
- * run), or none at all after LB_RESOLVE_MS of resending, when the lease
- * has ended whatever happened. */
+ * run: unavailable), or none at all after LB_RESOLVE_MS of resending, when
+ * the lease has ended whatever happened (not_held); not_held, with the
+ * reason, for a lease reported lost meanwhile. */
 void opctx_fail_lease_op(opctx_t *c, const redisReply *r);
 /* Element k of an array reply as an integer; false when it is not one. */
 bool opctx_reply_int(const redisReply *r, size_t k, int64_t *out);

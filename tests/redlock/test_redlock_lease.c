@@ -8,6 +8,7 @@
  */
 #include "tests/redlock/rl.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -192,3 +193,36 @@ static void rolling_restart(int n)
 
 RL_TEST(redlock_lease, a_rolling_restart_of_3_masters_keeps_the_lease, 60) { rolling_restart(3); }
 RL_TEST(redlock_lease, a_rolling_restart_of_5_masters_keeps_the_lease, 90) { rolling_restart(5); }
+
+/* A release on its way while its lease is lost (issue 26, point 9): every
+ * master stalls (SIGSTOP) with the release sent to them; the lease's
+ * validity ends without a quorum renewal (lost, redis_unavailable); the
+ * release's copies are given up after RL_LEG_RETRY_MS (30 s) with no
+ * master answering. It must answer not_held, saying the lease was lost
+ * and why, never unavailable (which says the release had no effect,
+ * while it may have run: a second release would then answer not_held). */
+RL_TEST(redlock_lease, a_release_in_flight_while_its_lease_is_lost_answers_lost, 90)
+{
+	lb_redis *m[3];
+	const char *name = "rl-lost-release";
+
+	rl_masters_start(m, 3);
+	lb_broker *b = lb_broker_start_redlock(m, 3, NULL);
+	lb_client *c = lb_connect(b, LB_TCP);
+	const char *lease = lb_must_acquire(c, name, 2000);
+
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(kill(lb_redis_pid(m[i]), SIGSTOP), 0);
+	json_t *id = lb_send_req(c, "{s:s, s:s}", "op", "release", "lease", lease);
+	json_t *ev = lb_next_event(c, 5000);
+	cr_assert_not_null(ev, "no lost event with every master stalled");
+	cr_assert_str_eq(lb_str(ev, "reason"), "redis_unavailable", "%s", lb_dump(ev));
+	json_t *rel = lb_wait_response(c, id, 45000);
+	for (int i = 0; i < 3; i++)
+		kill(lb_redis_pid(m[i]), SIGCONT);
+	lb_expect_err(rel, "not_held");
+	cr_assert(strstr(lb_str(rel, "error.message"), "lost (reason: redis_unavailable)") != NULL,
+	          "%s", lb_dump(rel));
+	lb_expect_err(lb_call(c, "{s:s, s:s}", "op", "release", "lease", lease), "not_held");
+	lb_end();
+}
