@@ -200,7 +200,8 @@ int cluster_map_older_slots(const cluster_map_t *m, const cluster_map_t *cur)
 		if (m->masters[a].port == cur->masters[b].port &&
 		    strcmp(m->masters[a].host, cur->masters[b].host) == 0)
 			continue;
-		older += m->epoch[a] >= 0 && cur->epoch[b] >= 0 && m->epoch[a] < cur->epoch[b];
+		/* An epoch m does not tell is no newer than one cur knows. */
+		older += cur->epoch[b] >= 0 && m->epoch[a] < cur->epoch[b];
 	}
 	return older;
 }

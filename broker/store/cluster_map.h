@@ -46,9 +46,10 @@ int cluster_map_read_slots(cluster_map_t *m, const redisReply *r, const char *as
 void cluster_map_read_epochs(cluster_map_t *m, const char *text, size_t len, const char *asked_host);
 
 /* The number of slots that m gives to another master than cur does, with
- * an older config epoch than cur's master there: m is older than cur
- * there (a node that has not heard of a failover, or a master deposed
- * behind a partition, still names the old master). 0: m may be taken. */
+ * an older config epoch than cur's master there (or one m does not tell,
+ * where cur's is known): m is older than cur there (a node that has not
+ * heard of a failover, or a master deposed behind a partition, still
+ * names the old master). 0: m may be taken. */
 int cluster_map_older_slots(const cluster_map_t *m, const cluster_map_t *cur);
 
 /* The master that serves slot, or NULL. */

@@ -9,14 +9,16 @@
  * is always asked first), or at the node a redirect named (it serves the
  * slot now). A node that cannot be reached, answers an error or a reply
  * cluster_map cannot read, or takes longer than ASK_TIMEOUT_MS gives no
- * answer. The first map that gives no slot to a master with an older
- * config epoch than the last map taken gives it ends the round: a node
+ * answer. The first round, with no map to compare with, asks every seed
+ * and takes the map of the node with the newest current epoch. Later, the
+ * first map that gives no slot to a master with an older config epoch
+ * than the last map taken gives it ends the round: a node
  * that has not heard of a failover yet, or a master deposed behind a
  * partition of the cluster bus, still names the old master for those
  * slots, with its older epoch, and is not believed (the broker never goes
  * back to an older view). A round where every answer was older takes the
  * map of the node with the newest current epoch when most of the nodes
- * answered so (the cluster was made anew, its epochs started again);
+ * asked answered so (the cluster was made anew, its epochs started again);
  * otherwise, and when no node answered, it is tried again after a backoff
  * (ROUND_MIN_MS doubling to ROUND_MAX_MS). A map that differs from the
  * last one goes to on_map (a partial map too: it is what the cluster says,
@@ -154,7 +156,7 @@ static void start_round(void)
 	make_candidates();
 	/* T.at counts the nodes asked; cand_at() rotates the start, or starts
 	 * at the node a redirect named (it serves the slot now: it knows). */
-	T.start = T.ncand > 0 ? (T.start + 1) % T.ncand : 0;
+	T.start = T.ncand > 0 && T.have ? (T.start + 1) % T.ncand : 0;
 	if (T.have_hint) {
 		T.have_hint = false;
 		add_candidate(&T.hint);
@@ -216,12 +218,19 @@ static void take(const cluster_map_t *map)
 }
 
 /* Every node was asked and none gave a map to take (each was older than
- * the last map somewhere): when most answered so, the cluster was made
- * anew, and the map of the node with the newest current epoch is taken;
- * else again after a pause. */
+ * the last map somewhere): when most of the nodes asked answered so, the
+ * cluster was made anew, and the map of the node with the newest current
+ * epoch is taken; else again after a pause. The first round takes the
+ * newest of its answers here. */
 static void round_end(void)
 {
-	if (T.have_best && T.older * 2 > T.answers) {
+	if (!T.have && T.have_best) {
+		take(&T.best); /* the first map: the newest of every answer */
+		return;
+	}
+	/* Made anew: most of the nodes asked (not only of those that
+	 * answered: a deposed master heard alone is no majority) say older. */
+	if (T.have_best && T.older * 2 > T.ncand) {
 		LOG(LOG_WARN, "msg=\"the cluster nodes give older config epochs than before: the "
 		    "cluster was made anew; taking its map\" current_epoch=%lld answers=%d",
 		    (long long)T.best_epoch, T.answers);
@@ -307,7 +316,20 @@ static void on_nodes(redisAsyncContext *ac, void *r, void *priv)
 	if (reply->type == REDIS_REPLY_STRING)
 		cluster_map_read_epochs(&T.next, reply->str, reply->len, T.asked_host);
 	T.answers++;
-	older = T.have ? cluster_map_older_slots(&T.next, &T.map) : 0;
+	if (!T.have) {
+		/* The first map: nothing to compare it with yet, so every node
+		 * is asked, and the newest current epoch's map is taken at the
+		 * round's end (a deposed master among the seeds has an older
+		 * one). */
+		if (!T.have_best || T.epoch_now > T.best_epoch) {
+			T.best = T.next;
+			T.best_epoch = T.epoch_now;
+			T.have_best = true;
+		}
+		next_node(true);
+		return;
+	}
+	older = cluster_map_older_slots(&T.next, &T.map);
 	if (older == 0) {
 		abandon(true);
 		take(&T.next);
