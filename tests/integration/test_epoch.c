@@ -389,3 +389,22 @@ EPOCH_TEST(cluster_deposed_master_first_in_the_seeds_is_not_followed, 150)
 {
 	deposed_master_in_the_seeds(true);
 }
+
+/* Disabled: fails with the broker of main (be2242f), at its start. A
+ * round starts one node further along each time, and the first round
+ * starts at the second seed; with no map taken before there is nothing
+ * to compare with, so that node's map is taken whatever its epoch. Here
+ * that is the deposed master's: the broker makes its pools there and
+ * serves from it for about 20 s, until a round starts at the real node
+ * (whose newer map is then taken, and the deposed one's refused from
+ * then on). So does any stale node the first round happens to ask first,
+ * at every start of a broker. A regression in this order: the broker of
+ * 4743c34 always asked the first seed first and never went to the
+ * deposed master here (it fails this test only because it never asks
+ * the deposed master at all). Enable once a round with no map taken
+ * before compares the nodes' epochs before it takes one. */
+Test(epoch, cluster_deposed_master_second_in_the_seeds_is_not_followed, .init = lb_setup,
+     .fini = epoch_teardown, .timeout = 150, .disabled = true)
+{
+	deposed_master_in_the_seeds(false);
+}
