@@ -408,3 +408,47 @@ Test(epoch, cluster_deposed_master_second_in_the_seeds_is_not_followed, .init = 
 {
 	deposed_master_in_the_seeds(false);
 }
+
+/* Disabled: fails with the broker of main (be2242f). The broker took the
+ * real node's map (epoch 5); then the real node cannot be reached (here
+ * stopped: the same, to the broker, as a partition that leaves it with
+ * the deposed master on one side). A round then hears only the deposed
+ * master, older than the map taken (answers 1, older 1), and round_end
+ * of cluster_topo.c takes "most of the answers are older" for a cluster
+ * made anew: the broker takes the deposed master's map, makes its pools
+ * there and serves from it, and stays there after the real node is back
+ * until a round happens to ask the real node first (about 15 s here).
+ * Sentinel asks for a majority of all the sentinels for the same rule;
+ * one node's answer is enough here. Enable once a cluster made anew
+ * needs more than the answers of the nodes that could be reached. */
+Test(epoch, cluster_deposed_master_alone_is_not_taken_for_a_cluster_made_anew, .init = lb_setup,
+     .fini = epoch_teardown, .timeout = 150, .disabled = true)
+{
+	lb_redis *r = cluster_node_new(5);
+	int d = fr_add(FR_REDIS);
+	char url[128];
+	lb_client *c;
+
+	fr_cluster_view(d, 1, fr_port(d), 1);
+	fr_start();
+	snprintf(url, sizeof(url), "cluster://127.0.0.1:%d,127.0.0.1:%d", fr_port(d), port_of(r));
+	broker_up(url, &c);
+	cluster_serves_from(c, r, d, "ep-alone-cl-1", "at start");
+
+	lb_redis_stop(r);
+	/* A round that asks the deposed master, and more of them (every
+	 * DOWN_REFRESH_MS, 250 ms, of cluster.c while a master of the map is
+	 * unreachable). */
+	wait_count(d, "CLUSTER SLOTS", fr_count(d, "CLUSTER SLOTS") + 1, "the deposed master");
+	lb_sleep_ms(3000);
+	cr_assert_eq(fr_named_conns(d, "lockbroker-"), 0,
+	             "with the real node down the broker made a pool on the deposed master");
+	cr_assert_eq(fr_count(d, "EVALSHA"), 0, "with the real node down scripts went to the "
+	                                        "deposed master");
+
+	lb_redis_restart(r);
+	json_t *g = lb_acquire_within(c, "ep-alone-cl-2", 60000, 20000);
+	cr_assert(lb_is_ok(g), "no acquire once the real node is back: %s", lb_dump(g));
+	cluster_serves_from(c, r, d, "ep-alone-cl-3", "once the real node is back");
+	lb_end();
+}
