@@ -390,39 +390,26 @@ EPOCH_TEST(cluster_deposed_master_first_in_the_seeds_is_not_followed, 150)
 	deposed_master_in_the_seeds(true);
 }
 
-/* Disabled: fails with the broker of main (be2242f), at its start. A
- * round starts one node further along each time, and the first round
- * starts at the second seed; with no map taken before there is nothing
- * to compare with, so that node's map is taken whatever its epoch. Here
- * that is the deposed master's: the broker makes its pools there and
- * serves from it for about 20 s, until a round starts at the real node
- * (whose newer map is then taken, and the deposed one's refused from
- * then on). So does any stale node the first round happens to ask first,
- * at every start of a broker. A regression in this order: the broker of
- * 4743c34 always asked the first seed first and never went to the
- * deposed master here (it fails this test only because it never asks
- * the deposed master at all). Enable once a round with no map taken
- * before compares the nodes' epochs before it takes one. */
+/* A deposed master second in the seeds: a starting broker, with no map
+ * taken before to compare with, asks every seed and takes the map of the
+ * node with the newest current epoch, never the deposed master's. (The
+ * broker of 4743c34 always asked the first seed first and never went to
+ * it in this order, but took a deposed master first in the seeds: the
+ * test before this one.) */
 Test(epoch, cluster_deposed_master_second_in_the_seeds_is_not_followed, .init = lb_setup,
-     .fini = epoch_teardown, .timeout = 150, .disabled = true)
+     .fini = epoch_teardown, .timeout = 150)
 {
 	deposed_master_in_the_seeds(false);
 }
 
-/* Disabled: fails with the broker of main (be2242f). The broker took the
- * real node's map (epoch 5); then the real node cannot be reached (here
- * stopped: the same, to the broker, as a partition that leaves it with
- * the deposed master on one side). A round then hears only the deposed
- * master, older than the map taken (answers 1, older 1), and round_end
- * of cluster_topo.c takes "most of the answers are older" for a cluster
- * made anew: the broker takes the deposed master's map, makes its pools
- * there and serves from it, and stays there after the real node is back
- * until a round happens to ask the real node first (about 15 s here).
- * Sentinel asks for a majority of all the sentinels for the same rule;
- * one node's answer is enough here. Enable once a cluster made anew
- * needs more than the answers of the nodes that could be reached. */
+/* The broker took the real node's map (epoch 5); then the real node
+ * cannot be reached (here stopped: the same, to the broker, as a
+ * partition that leaves it with the deposed master on one side). A round
+ * then hears only the deposed master, older than the map taken. One
+ * node's answer is no majority of the nodes asked: the broker does not
+ * take it for a cluster made anew, and stays off the deposed master. */
 Test(epoch, cluster_deposed_master_alone_is_not_taken_for_a_cluster_made_anew, .init = lb_setup,
-     .fini = epoch_teardown, .timeout = 150, .disabled = true)
+     .fini = epoch_teardown, .timeout = 150)
 {
 	lb_redis *r = cluster_node_new(5);
 	int d = fr_add(FR_REDIS);
