@@ -232,31 +232,60 @@ static int mend(const topo *t, int64_t *master_dead_since, char *why, size_t why
 void ha_ready(void)
 {
     const topo *t = env();
-    int64_t t0 = lb_now_ms(), dead_since = 0;
-    char why[512] = "";
-    int m = -1;
+    int64_t t0 = lb_now_ms(), dead_since = 0, stable_since = 0;
+    char why[512] = "", moved[256] = "";
+    topo_view v = {0}, held = {0};
+    int moves = 0;
 
     drop_conns();
     for (;;) {
-        if (mend(t, &dead_since, why, sizeof(why)) == 0 &&
-            topo_healthy(t, &m, why, sizeof(why)) == 0)
+        bool healthy = mend(t, &dead_since, why, sizeof(why)) == 0 &&
+                       topo_healthy(t, &v, why, sizeof(why)) == 0;
+        if (healthy && stable_since && (v.master != held.master || v.epoch != held.epoch)) {
+            /* Healthy before and now, but the master moved in between:
+             * the sentinels failed over again. */
+            moves++;
+            snprintf(moved, sizeof(moved), "; the master moved from %d (config-epoch %lld) to "
+                     "%d (config-epoch %lld) while it looked healthy", held.master, held.epoch,
+                     v.master, v.epoch);
+            fprintf(stderr, "ha_ready: the master moved from %d (config-epoch %lld) to %d "
+                            "(config-epoch %lld) while it looked healthy\n",
+                    held.master, held.epoch, v.master, v.epoch);
+            stable_since = 0;
+        }
+        if (!healthy) {
+            stable_since = 0;
+        } else if (!stable_since) {
+            stable_since = lb_now_ms();
+            held = v;
+        } else if (lb_now_ms() - stable_since >= HA_READY_QUIET_MS) {
             break;
+        }
         if (lb_now_ms() - t0 > HA_READY_TIMEOUT_MS) {
             char state[4096];
             topo_describe(t, state, sizeof(state));
-            cr_assert_fail("ha_ready: the HA topology is not healthy after %d s: %s;%s",
-                           HA_READY_TIMEOUT_MS / 1000, why, state);
+            if (stable_since)
+                snprintf(why, sizeof(why), "healthy only for the last %lld ms",
+                         (long long)(lb_now_ms() - stable_since));
+            cr_assert_fail("ha_ready: the HA topology has no stable master after %d s (healthy, "
+                           "the same master and config-epoch at every sentinel, for %d ms): "
+                           "%s%s;%s",
+                           HA_READY_TIMEOUT_MS / 1000, HA_READY_QUIET_MS, why, moved, state);
         }
         lb_sleep_ms(50);
     }
-    if (lb_now_ms() - t0 > 500)
-        fprintf(stderr, "ha_ready: healthy after %lld ms (last wait: %s)\n",
-                (long long)(lb_now_ms() - t0), why);
+    if (lb_now_ms() - t0 > 500 + HA_READY_QUIET_MS)
+        fprintf(stderr, "ha_ready: stable after %lld ms (last wait: %s%s)\n",
+                (long long)(lb_now_ms() - t0), why, moves ? "; the master moved meanwhile" : "");
+    int m = v.master;
     redisReply *r = ha_node_cmd(m, "FLUSHALL");
     cr_assert(r->type == REDIS_REPLY_STATUS, "FLUSHALL on %d: %s", m, r->str ? r->str : "?");
     r = ha_node_cmd(m, "WAIT 1 5000");
     cr_assert(r->type == REDIS_REPLY_INTEGER && r->integer >= 1,
               "ha_ready: the replica did not acknowledge the FLUSHALL on %d within 5 s", m);
+    /* The flush went to the master the sentinels name now. */
+    cr_assert_eq(ha_master_port(), m, "ha_ready: the master moved from %d to %d while it was "
+                 "flushed", m, ha_master_port());
 }
 
 /* ---- where things are --------------------------------------------------------------- */

@@ -4,9 +4,9 @@
  * One topology per test binary (tests/ha/topo.c starts it before the first
  * test and stops it after the last): two redis-server nodes on 127.0.0.1,
  * one master and one replica, and three sentinels (quorum 2,
- * down-after-milliseconds 1000, failover-timeout 3000) monitoring
- * ha_master_name(). Tests share it, one at a time (ha_tests runs with
- * --jobs 1), and may break it: kill the master, stop sentinels, cut
+ * down-after-milliseconds 2000, failover-timeout 3000: topo.h says why)
+ * monitoring ha_master_name(). Tests share it, one at a time (ha_tests
+ * runs with --jobs 1), and may break it: kill the master, stop sentinels, cut
  * replication. Each test starts with ha_ready(), which mends what the last
  * one left. A test declares
  *
@@ -38,9 +38,12 @@
 #define HA_TEST(suite, name, secs) \
     Test(suite, name, .init = ha_setup, .fini = ha_teardown, .timeout = (secs))
 
-/* ha_ready's bound; and how long it lets a dead master wait for a failover
- * before it restarts it (empty) as the master. */
+/* ha_ready's bound; how long the topology must stay healthy, on the same
+ * master and config-epoch, before ha_ready returns; and how long it lets a
+ * dead master wait for a failover before it restarts it (empty) as the
+ * master. */
 #define HA_READY_TIMEOUT_MS 30000
+#define HA_READY_QUIET_MS 1500
 #define HA_READY_DEAD_MASTER_MS 15000
 
 /* ---- fixture --------------------------------------------------------------- */
@@ -48,18 +51,24 @@
 void ha_setup(void);
 void ha_teardown(void);
 
-/* Brings the topology back to healthy, or fails the test after
- * HA_READY_TIMEOUT_MS saying what is wrong: every sentinel running (a
- * stopped one restarted with its config file) and none frozen; both nodes
- * running (a dead one restarted on its port, empty, as a replica of the
- * master the sentinels name; a dead master is first given time for the
- * sentinels' failover); the paused replication resumed, client pauses
- * lifted; the sentinels agree on the master, which says role:master; the
- * other node says role:slave of it with master_link_status:up; every
- * sentinel shows the master (flags "master"), the replica (flags "slave")
- * and its two peers up (flags "sentinel", maybe with a stale
- * "master_down" of the last failover). Then it flushes the master and
- * waits for the replica to acknowledge (WAIT), so a test starts empty. */
+/* Brings the topology back to a healthy, stable master, or fails the
+ * test after HA_READY_TIMEOUT_MS saying what is wrong: every sentinel
+ * running (a stopped one restarted with its config file) and none frozen;
+ * both nodes running (a dead one restarted on its port, empty, as a
+ * replica of the master the sentinels name; a dead master is first given
+ * time for the sentinels' failover); the paused replication resumed, client
+ * pauses lifted. Healthy (topo_healthy): the sentinels agree on the master,
+ * which says role:master, with the same config-epoch; the other node says
+ * role:slave of it with master_link_status:up; every sentinel is out of
+ * TILT and shows the master (flags "master": no failover in progress, no
+ * s_down, its links made again after the last switch; its PINGs answered),
+ * the replica (flags "slave") and its two peers up (flags "sentinel": the
+ * master_down answers of the last failover gone, about 5 s after it).
+ * Stable: healthy at every look (each 50 ms) for HA_READY_QUIET_MS, on
+ * the same master and config-epoch; a master that moves meanwhile (the
+ * sentinels failing over again) starts the wait anew and is logged. Then
+ * it flushes the master and waits for the replica to acknowledge (WAIT),
+ * so a test starts empty. */
 void ha_ready(void);
 
 /* ---- where things are --------------------------------------------------------- */
@@ -130,7 +139,7 @@ int ha_switch_master_quietly(void);
  * fails. Returns once INFO says master_link_status:down. If the master is
  * then killed, the sentinels promote this replica without those writes
  * (they do so only if the link went down less than about
- * down-after-milliseconds * 10 = 10 s before the master failed).
+ * down-after-milliseconds * 10 = 20 s before the master failed).
  * ha_resume_replication undoes it and waits until the link is up (the
  * replica catches up); ha_ready does too. */
 void ha_pause_replication(int replica_port);

@@ -10,7 +10,7 @@
  *
  * Figures (printed as "ha: ..."): the time from the master's kill to the
  * first grant on the new master. Bounds asserted are generous: a loaded
- * 2-core machine, sentinels with down-after-milliseconds 1000.
+ * 2-core machine, sentinels with down-after-milliseconds 2000.
  */
 #include "tests/ha/ha.h"
 

@@ -222,22 +222,46 @@ const char *topo_field(const redisReply *kv, const char *key)
 }
 
 /* What sentinel i says of the master, its replica r and its peers; 0 when
- * all is as it should be. */
-static int sentinel_healthy(const topo *t, int i, int replica, char *why, size_t whylen)
+ * all is as it should be, and the master's config-epoch in *epoch. */
+static int sentinel_healthy(const topo *t, int i, int replica, long long *epoch, char *why,
+                            size_t whylen)
 {
     int port = t->sentinel[i], rc = -1;
     redisReply *m = rnode_cmd(port, 1000, "SENTINEL master %s", t->name);
     redisReply *rs = rnode_cmd(port, 1000, "SENTINEL replicas %s", t->name);
     redisReply *ss = rnode_cmd(port, 1000, "SENTINEL sentinels %s", t->name);
+    redisReply *in = rnode_cmd(port, 1000, "INFO sentinel");
     const char *flags = topo_field(m, "flags");
     const char *others = topo_field(m, "num-other-sentinels");
-    if (!m || !rs || !ss || rs->type != REDIS_REPLY_ARRAY || ss->type != REDIS_REPLY_ARRAY) {
+    const char *ep = topo_field(m, "config-epoch");
+    const char *role = topo_field(m, "role-reported");
+    const char *ping = topo_field(m, "last-ping-sent");
+    if (!m || !rs || !ss || !in || rs->type != REDIS_REPLY_ARRAY ||
+        ss->type != REDIS_REPLY_ARRAY || in->type != REDIS_REPLY_STRING || !ep || !role ||
+        !ping) {
         snprintf(why, whylen, "sentinel %d (port %d) does not answer SENTINEL master / "
-                              "replicas / sentinels", i, port);
+                              "replicas / sentinels, INFO sentinel", i, port);
         goto out;
     }
+    /* A sentinel in TILT does nothing, and acts on what it sees when it
+     * leaves it (30 s later). */
+    if (!strstr(in->str, "sentinel_tilt:0")) {
+        snprintf(why, whylen, "sentinel %d is in TILT mode (its timer ran late)", i);
+        goto out;
+    }
+    /* Nothing but "master": s_down, o_down, failover_in_progress (its
+     * failover-state not idle) and "disconnected" (its links to the master
+     * not made again yet after a switch) all mean the master may move. */
     if (!flags || strcmp(flags, "master") != 0) {
         snprintf(why, whylen, "sentinel %d: master flags '%s'", i, flags ? flags : "?");
+        goto out;
+    }
+    if (strcmp(role, "master") != 0) {
+        snprintf(why, whylen, "sentinel %d: the master reported role '%s'", i, role);
+        goto out;
+    }
+    if (atoll(ping) > TOPO_DOWN_AFTER_MS / 2) {
+        snprintf(why, whylen, "sentinel %d: its PING to the master unanswered for %s ms", i, ping);
         goto out;
     }
     if (!others || atoi(others) != TOPO_SENTINELS - 1) {
@@ -261,18 +285,23 @@ static int sentinel_healthy(const topo *t, int i, int replica, char *why, size_t
         snprintf(why, whylen, "sentinel %d does not list replica %d", i, replica);
         goto out;
     }
-    /* A peer's "master_down" is what it answered while the old master was
-     * down; sentinels drop it only 5 s later (SENTINEL_ASK_PERIOD * 5). */
+    /* A peer's "master_down" is what it answered about the old master
+     * during the last failover; it stays until 5 s after that answer
+     * (SENTINEL_ASK_PERIOD * 5), and counts meanwhile for the NEW master: one
+     * sentinel that takes the new master for down (s_down) then has its
+     * quorum (o_down) at once, and starts a failover at once (a switch
+     * lets it fail over again without waiting). So the master is stable
+     * only once no peer has it. */
     for (size_t k = 0; k < ss->elements; k++) {
         const char *f = topo_field(ss->element[k], "flags");
-        if (!f || strncmp(f, "sentinel", 8) != 0 || strstr(f, "s_down") || strstr(f, "o_down") ||
-            strstr(f, "disconnected")) {
+        if (!f || strcmp(f, "sentinel") != 0) {
             snprintf(why, whylen, "sentinel %d: peer %s flags '%s'", i,
                      topo_field(ss->element[k], "port") ? topo_field(ss->element[k], "port") : "?",
                      f ? f : "?");
             goto out;
         }
     }
+    *epoch = atoll(ep);
     rc = 0;
 out:
     if (m)
@@ -281,10 +310,12 @@ out:
         freeReplyObject(rs);
     if (ss)
         freeReplyObject(ss);
+    if (in)
+        freeReplyObject(in);
     return rc;
 }
 
-int topo_healthy(const topo *t, int *master, char *why, size_t whylen)
+int topo_healthy(const topo *t, topo_view *v, char *why, size_t whylen)
 {
     int view[TOPO_SENTINELS];
     for (int i = 0; i < TOPO_SENTINELS; i++) {
@@ -318,10 +349,25 @@ int topo_healthy(const topo *t, int *master, char *why, size_t whylen)
                               "of %d, up)", r, role, mport, link, m);
         return -1;
     }
+    long long epoch[TOPO_SENTINELS];
     for (int i = 0; i < TOPO_SENTINELS; i++)
-        if (sentinel_healthy(t, i, r, why, whylen) != 0)
+        if (sentinel_healthy(t, i, r, &epoch[i], why, whylen) != 0)
             return -1;
-    *master = m;
+    for (int i = 1; i < TOPO_SENTINELS; i++)
+        if (epoch[i] != epoch[0]) {
+            snprintf(why, whylen, "the sentinels' config-epochs differ: %lld, %lld, %lld",
+                     epoch[0], epoch[1], epoch[2]);
+            return -1;
+        }
+    /* Named again after the checks: a failover between the first look
+     * and now would have passed them half on the old master. */
+    for (int i = 0; i < TOPO_SENTINELS; i++)
+        if (topo_sentinel_master(t, i) != m) {
+            snprintf(why, whylen, "sentinel %d no longer names %d", i, m);
+            return -1;
+        }
+    v->master = m;
+    v->epoch = epoch[0];
     return 0;
 }
 
@@ -344,15 +390,27 @@ void topo_describe(const topo *t, char *out, size_t outlen)
         redisReply *m = rnode_cmd(t->sentinel[i], 1000, "SENTINEL master %s", t->name);
         redisReply *in = rnode_cmd(t->sentinel[i], 1000, "INFO sentinel");
         bool tilt = in && in->type == REDIS_REPLY_STRING && strstr(in->str, "sentinel_tilt:1");
-        PUT("\n  sentinel %d (port %d): pid %d, master %d, flags %s, other sentinels %s%s", i,
+        redisReply *ss = rnode_cmd(t->sentinel[i], 1000, "SENTINEL sentinels %s", t->name);
+        PUT("\n  sentinel %d (port %d): pid %d, master %d, flags %s, config-epoch %s, "
+            "PING pending %s ms, other sentinels %s%s", i,
             t->sentinel[i], (int)topo_sentinel_pid(t, i), topo_sentinel_master(t, i),
             topo_field(m, "flags") ? topo_field(m, "flags") : "?",
+            topo_field(m, "config-epoch") ? topo_field(m, "config-epoch") : "?",
+            topo_field(m, "last-ping-sent") ? topo_field(m, "last-ping-sent") : "?",
             topo_field(m, "num-other-sentinels") ? topo_field(m, "num-other-sentinels") : "?",
             tilt ? ", IN TILT MODE (its timer ran late: machine overloaded?)" : "");
+        for (size_t k = 0; ss && ss->type == REDIS_REPLY_ARRAY && k < ss->elements; k++)
+            PUT("%s%s '%s'", k ? ", " : " (", topo_field(ss->element[k], "port") ?
+                                                 topo_field(ss->element[k], "port") : "?",
+                topo_field(ss->element[k], "flags") ? topo_field(ss->element[k], "flags") : "?");
+        if (ss && ss->type == REDIS_REPLY_ARRAY && ss->elements)
+            PUT(")");
         if (m)
             freeReplyObject(m);
         if (in)
             freeReplyObject(in);
+        if (ss)
+            freeReplyObject(ss);
     }
     PUT("\n  logs in %s (LB_KEEP_TMP=1 keeps them)", t->dir);
 #undef PUT
@@ -491,8 +549,8 @@ static int topo_up(char *err, size_t errlen)
         if (start_retry(t, &t->sentinel[i], true, i, t->node[0], err, errlen) != 0)
             return -1;
     char why[512];
-    int master;
-    for (int64_t end = lb_now_ms() + UP_TIMEOUT_MS; topo_healthy(t, &master, why, sizeof(why)) != 0;
+    topo_view v;
+    for (int64_t end = lb_now_ms() + UP_TIMEOUT_MS; topo_healthy(t, &v, why, sizeof(why)) != 0;
          lb_sleep_ms(50))
         if (lb_now_ms() > end) {
             char state[2048];

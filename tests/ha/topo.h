@@ -34,7 +34,22 @@
 #define TOPO_SENTINELS 3
 #define TOPO_MASTER_NAME "lbha"
 #define TOPO_QUORUM 2
-#define TOPO_DOWN_AFTER_MS 1000
+/* Twice Sentinel's ping period (SENTINEL_PING_PERIOD, 1 s), not equal to
+ * it. On +switch-master a sentinel drops its links to the master and
+ * counts the new master's first PING as sent at that moment, but it opens
+ * a link at most once per ping period: the link to the killed master was
+ * retried up to 1 s before, so the first PONG of the new master may come
+ * 1 s + a timer tick after the switch (Redis's sentinel.c:
+ * sentinelResetMaster, sentinelReconnectInstance). With down-after-milliseconds 1000
+ * a sentinel took the new master for down after about one switch in five
+ * (23 of 113 in ten runs under load; its log: +sdown 1000-1050 ms after
+ * its +switch-master, -sdown some 70 ms later), and the stale master_down
+ * flags of its peers (topo_healthy) made that an odown and a failover at
+ * once: back to the old master when it ran again (3 of the 23), else
+ * -failover-abort-no-good-slave, which held the next real failover back
+ * by 2 * failover-timeout. 2000 leaves a second for the reconnect;
+ * failovers take about a second longer. */
+#define TOPO_DOWN_AFTER_MS 2000
 #define TOPO_FAILOVER_TIMEOUT_MS 3000
 
 typedef struct {
@@ -74,12 +89,22 @@ int topo_sentinel_master(const topo *t, int i);
  * NULL. */
 const char *topo_field(const redisReply *kv, const char *key);
 
-/* 0 and the master's port in *master when the topology is healthy: the
- * sentinels agree on a master that says role:master; the other node is its
- * replica with the link up; every sentinel sees the master (flags "master"),
- * that replica (flags "slave") and the two other sentinels (flags
- * "sentinel", maybe with a stale "master_down"). Else -1 and the first thing found wrong in why. */
-int topo_healthy(const topo *t, int *master, char *why, size_t whylen);
+/* What the sentinels agree on when the topology is healthy. */
+typedef struct {
+    int master;      /* its port */
+    long long epoch; /* SENTINEL master's config-epoch, the same at every sentinel */
+} topo_view;
+
+/* 0 and the view in *v when the topology is healthy: the sentinels agree
+ * on a master that says role:master, with the same config-epoch; the other
+ * node is its replica with the link up; every sentinel is out of TILT and
+ * sees the master (flags "master": no s_down, o_down, disconnected or
+ * failover_in_progress; role-reported master; no PING unanswered for half
+ * of down-after-milliseconds), that replica (flags "slave") and the two
+ * other sentinels (flags "sentinel": none left with a master_down answer
+ * of the last failover). Else -1 and the first thing found wrong in why.
+ * A moment's snapshot: ha_ready wants it to hold for a while. */
+int topo_healthy(const topo *t, topo_view *v, char *why, size_t whylen);
 /* A few lines on each process for a failure message. */
 void topo_describe(const topo *t, char *out, size_t outlen);
 
