@@ -48,7 +48,8 @@
 
 /* The three error replies under test. */
 #define REDIS7_READONLY "READONLY You can't write against a read only replica."
-#define REDIS6_SCRIPT_ERR_FMT "ERR Error running script (call to f_%.40s): @user_script:1: @user_script: 1: "
+#define REDIS6_SCRIPT_ERR_FMT \
+	"ERR Error running script (call to f_%.40s): @user_script:1: @user_script: 1: "
 #define REDIS6_READONLY_TAIL "-READONLY You can't write against a read only replica. "
 #define OTHER_ERROR_TAIL "some other error "
 
