@@ -208,18 +208,35 @@ static void fake_sha(const char *s, size_t n, char out[41])
 
 static void sentinel_cmd(struct fconn *c, const char **argv, const size_t *argvlen, int argc)
 {
-	if (is(argv[0], argvlen[0], "SENTINEL") && argc == 3 &&
-	    is(argv[1], argvlen[1], "get-master-addr-by-name")) {
+	/* SENTINEL MASTER NAME (the broker's question: the view with its
+	 * config epoch), or the older get-master-addr-by-name. */
+	bool master_q = argc == 3 && is(argv[0], argvlen[0], "SENTINEL") &&
+	                (is(argv[1], argvlen[1], "MASTER") ||
+	                 is(argv[1], argvlen[1], "get-master-addr-by-name"));
+	if (master_q) {
 		char port[16];
+		bool full = is(argv[1], argvlen[1], "MASTER");
 		pthread_mutex_lock(&F.mu);
 		if (F.nasks < FAKE_MAX_ASKS)
 			F.asks[F.nasks++] = lb_now_ms();
 		pthread_mutex_unlock(&F.mu);
 		if (!is(argv[2], argvlen[2], FAKE_MASTER_NAME)) {
-			put_str(c->fd, "*-1\r\n");
+			put_str(c->fd, full ? "-ERR No such master with that name\r\n" : "*-1\r\n");
 			return;
 		}
 		snprintf(port, sizeof(port), "%d", F.redis_port);
+		if (full) {
+			put_str(c->fd, "*8\r\n");
+			put_bulk(c->fd, "name", 4);
+			put_bulk(c->fd, FAKE_MASTER_NAME, strlen(FAKE_MASTER_NAME));
+			put_bulk(c->fd, "ip", 2);
+			put_bulk(c->fd, "127.0.0.1", 9);
+			put_bulk(c->fd, "port", 4);
+			put_bulk(c->fd, port, strlen(port));
+			put_bulk(c->fd, "config-epoch", 12);
+			put_bulk(c->fd, "1", 1);
+			return;
+		}
 		put_str(c->fd, "*2\r\n");
 		put_bulk(c->fd, "127.0.0.1", 9);
 		put_bulk(c->fd, port, strlen(port));
