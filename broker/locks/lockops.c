@@ -173,6 +173,26 @@ static bool lease_reply_or_answer(opctx_t *c, const redisReply *r, const char *s
 	return true;
 }
 
+/* A detached lease's release, sent again after a lost reply, found it
+ * gone: its first copy freed it (released, count 0), unless its end as
+ * Redis recorded it had passed (then it was lost: expired, max_hold). */
+static void on_why_replayed_release(const redisReply *r, void *priv)
+{
+	opctx_t *c = priv;
+
+	if (!store_reply_failed(r) && r->type == REDIS_REPLY_STRING &&
+	    (r->len != 4 || memcmp(r->str, "gone", 4) != 0)) {
+		on_why(r, c);
+		return;
+	}
+	lease_note_released(c->lock, c->lock_len, c->token,
+	                    timers_now() + REQ_TTL_MAX_MS + LEASE_RELEASE_SLACK_MS);
+	server.stats.released_total++;
+	pointer_del(c->token);
+	client_send_released(c->s, c->id, 0);
+	opctx_done(c);
+}
+
 static void on_release_reply(const redisReply *r, void *priv)
 {
 	opctx_t *c = priv;
@@ -190,6 +210,16 @@ static void on_release_reply(const redisReply *r, void *priv)
 		lease_drop(mine);
 		client_send_released(c->s, c->id, 0);
 		grants_then_done(c, r);
+		return;
+	}
+	if (!mine && c->detach && store_replayed() && !store_reply_failed(r) &&
+	    opctx_reply_int(r, 0, &count) && count < 0) {
+		/* A detached lease has no op seq: the resent copy cannot tell its
+		 * first copy's work; the end Redis recorded tells (the grants
+		 * this reply carries go out now). */
+		waitq_take_grants(c->lock, c->lock_len, r, 1, c->sent_at);
+		if (pointer_why(c->token, on_why_replayed_release, c) < 0)
+			on_why_replayed_release(NULL, c);
 		return;
 	}
 	if (!lease_reply_or_answer(c, r, "release", &count, &l))

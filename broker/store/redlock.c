@@ -600,7 +600,18 @@ static void lose(rl_call_t *c)
 		}
 	}
 	if (failed > c->n - c->quorum) {
-		deliver_error(c, "a majority of the Redlock masters did not answer");
+		/* No reply from a majority: an error when one of them said the
+		 * script did not run; no reply at all when every one of them
+		 * may have run it (a try then answers timeout, and what it may
+		 * have taken is given back: waitq_send.c). */
+		bool unknown = true;
+		for (int i = 0; i < c->n; i++)
+			if (c->vote.answer[i] == RL_FAILED && !c->unknown[i])
+				unknown = false;
+		if (unknown)
+			deliver(c, NULL);
+		else
+			deliver_error(c, "a majority of the Redlock masters did not answer");
 	} else if (conflict >= c->quorum) {
 		deliver(c, ints(&b, 2, -1, 0, 0, 0));
 	} else if (full >= c->quorum) {
