@@ -139,10 +139,12 @@ deps-check:
 test: deps deps-check
 	@$(MAKE) --no-print-directory build/san/lockbrokerd $(LOCKCTL_SAN) build/san/unit_tests build/san/integration_tests build/san/ha_tests build/san/cluster_tests build/san/redlock_tests
 	$(TEST_ENV) build/san/unit_tests --jobs 2
-	$(TEST_ENV) build/san/integration_tests --jobs 2
-	$(TEST_ENV) build/san/ha_tests --jobs 1
-	$(TEST_ENV) build/san/cluster_tests --jobs 1
-	$(TEST_ENV) build/san/redlock_tests --jobs 1
+	@# The suites side by side (tests/run-together.sh says why); each of
+	@# ha, cluster and redlock still runs its own tests one at a time.
+	$(TEST_ENV) sh tests/run-together.sh \
+	    integration 'build/san/integration_tests --jobs 2' \
+	    ha 'build/san/ha_tests --jobs 1' \
+	    cluster+redlock 'build/san/cluster_tests --jobs 1 && build/san/redlock_tests --jobs 1'
 	@CLIENTS=1 sh deploy/install-deps.sh
 	$(TEST_ENV) sh tests/clients/run-all.sh
 
