@@ -286,7 +286,12 @@ void lease_release_in_redis(const char *lock, size_t lock_len, const char *token
 
 void lease_undo_reentry_in_redis(lease_t *l, int64_t reentry_seq, uint64_t until)
 {
-	release_quietly(l->lock, l->lock_len, l->token, "u", ++l->opseq, reentry_seq, until, true);
+	int64_t seq = ++l->opseq;
+
+	/* The count as of the undo is the one held before the re-entry:
+	 * what a check after a failover replays where the undo was lost. */
+	lease_set_count(l, l->count, seq);
+	release_quietly(l->lock, l->lock_len, l->token, "u", seq, reentry_seq, until, true);
 }
 
 static bool ring_match(const htab_node_t *n, const void *key)

@@ -140,3 +140,60 @@ CUT_TEST(a_detached_release_whose_reply_was_cut_answers_released, detached_relea
          on_every_master)
 CUT_TEST(a_detached_release_whose_reply_was_cut_answers_released, detached_release_majority, 2,
          on_a_majority)
+
+/* ---- a re-entry a quorum never answered ------------------------------------ */
+
+static void freeze_two(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(kill(lb_redis_pid(masters[i]), SIGSTOP), 0);
+}
+
+static void thaw_two(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(kill(lb_redis_pid(masters[i]), SIGCONT), 0);
+}
+
+/* Two masters of three stopped for longer than a master's copy of a call
+ * is resent (30 s) while a re-entry is on its way: the third answers count
+ * 2, no quorum does, and the re-entry answers unavailable. On waking, the
+ * two run the re-entry the broker wrote to them before it gave up (it sat
+ * in their sockets): without more, the lock is held at count 2 on every
+ * master while the holder holds one level, and its one release answers
+ * count 1. unavailable means no effect: the broker takes the re-entry back
+ * wherever it ran, so the one release answers 0 and frees the lock. */
+RL_TEST(lostreply_redlock, a_reentry_no_quorum_answered_is_taken_back, 120)
+{
+	cut_case k = {0};
+	const char *lease;
+	char line[600];
+	json_t *g, *rl;
+
+	rl_case(&k, "rl-reentry-noquorum", 0);
+	k.freeze = freeze_two;
+	k.thaw = thaw_two;
+	lease = lb_str(cut_grant(&k, 120000, false), "lease");
+	freeze_two(NULL);
+	snprintf(line, sizeof(line), "{\"id\":\"re\",\"op\":\"acquire\",\"lock\":\"%s\",\"wait_ms\":0,"
+	         "\"ttl_ms\":120000}", k.lock);
+	cr_assert(lb_send_line(k.a, line));
+	g = cut_wait_id(k.a, "re", 45000);
+	thaw_two(NULL);
+	cr_assert(lb_is_err(g, "unavailable"), "a re-entry no quorum answered: %s", lb_dump(g));
+	/* The two woke and ran what sat in their sockets; the broker's
+	 * connections to them come back. */
+	rl_wait_master(k.o, masters[0], true, 20000);
+	rl_wait_master(k.o, masters[1], true, 20000);
+	lb_sleep_ms(500);
+	cr_assert_eq(lb_int(json_array_get(lb_get(lb_inspect(k.o, k.lock), "holders"), 0), "count"), 1,
+	             "after an unavailable re-entry: %s", lb_dump(lb_inspect(k.o, k.lock)));
+	rl = cut_release(&k, lease);
+	cr_assert(lb_is_ok(rl) && lb_int(rl, "count") == 0,
+	          "the one level held, released after an unavailable re-entry: %s", lb_dump(rl));
+	cut_expect_free(&k, 5000);
+	cut_expect_not_held(&k, lease);
+	lb_end();
+}
