@@ -934,6 +934,22 @@ static int wait_answer_locked(lbc_client_t *c, lbc_pending_t *p, int64_t deadlin
 	return rc;
 }
 
+/* After a write of session gen that ended with errno e (0: written), the
+ * lock taken again: a failed write ends the session (when it is still
+ * the current one). */
+static void relock_after_write(lbc_client_t *c, uint64_t gen, int e)
+{
+	lbc_lock(c);
+	c->writers--;
+	c->last_write = lbc_now_ms();
+	if (e && c->state == ST_UP && c->gen == gen) {
+		char m[128];
+		snprintf(m, sizeof(m), "writing to the broker: %s", strerror(e));
+		teardown_locked(c, LBC_LOST_DISCONNECTED, LBC_DISCONNECTED, m);
+	}
+	close_dead_locked(c);
+}
+
 /* Writes w on session gen (the current one). Lock held on entry and exit. */
 static void write_locked(lbc_client_t *c, uint64_t gen, const lbc_jw_t *w, int64_t deadline)
 {
@@ -944,15 +960,7 @@ static void write_locked(lbc_client_t *c, uint64_t gen, const lbc_jw_t *w, int64
 	pthread_mutex_lock(&c->wmu);
 	e = lbc_sock_write(fd, w->buf, w->len, deadline);
 	pthread_mutex_unlock(&c->wmu);
-	lbc_lock(c);
-	c->writers--;
-	c->last_write = lbc_now_ms();
-	if (e && c->state == ST_UP && c->gen == gen) {
-		char m[128];
-		snprintf(m, sizeof(m), "writing to the broker: %s", strerror(e));
-		teardown_locked(c, LBC_LOST_DISCONNECTED, LBC_DISCONNECTED, m);
-	}
-	close_dead_locked(c);
+	relock_after_write(c, gen, e);
 }
 
 lbc_status lbc_call(lbc_client_t *c, lbc_pending_t *p, lbc_jw_t *w, int64_t timeout_ms,
@@ -1202,15 +1210,7 @@ static bool send_ping_locked(lbc_client_t *c, int64_t deadline)
 	lbc_unlock(c);
 	e = lbc_sock_write(fd, line, (size_t)n, deadline);
 	pthread_mutex_unlock(&c->wmu);
-	lbc_lock(c);
-	c->writers--;
-	c->last_write = lbc_now_ms();
-	if (e && c->state == ST_UP && c->gen == gen) {
-		char m[128];
-		snprintf(m, sizeof(m), "writing to the broker: %s", strerror(e));
-		teardown_locked(c, LBC_LOST_DISCONNECTED, LBC_DISCONNECTED, m);
-	}
-	close_dead_locked(c);
+	relock_after_write(c, gen, e);
 	return true;
 }
 
