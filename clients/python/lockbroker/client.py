@@ -198,6 +198,17 @@ class _SyncSession(Session):
         self.wake_next = map(_thread.LockType.release, iter(self.wakeq.popleft, None)).__next__
         self.reader: threading.Thread | None = None
 
+    def take_outq(self) -> "bytes | None":
+        """What ``outq`` holds, joined and taken off it; None when it is
+        empty, and then the calling thread gives up the writer's part."""
+        with self.outq_mu:
+            if not self.outq:
+                self.writing = False
+                return None
+            data = b"".join(self.outq)
+            self.outq.clear()
+            return data
+
     def kill(self) -> None:
         """Shuts the socket down; the reader sees the end and closes it."""
         try:
@@ -479,12 +490,9 @@ class Client(ClientCore):
                     data = data[sent:]
                 if data:  # the send buffer is full
                     break
-                with session.outq_mu:
-                    if not outq:
-                        session.writing = False
-                        return
-                    data = b"".join(outq)
-                    outq.clear()
+                data = session.take_outq()
+                if data is None:
+                    return
         except OSError as e:
             session.kill()
             self._session_ended(session, e)
@@ -497,15 +505,8 @@ class Client(ClientCore):
     def _finish_write(self, session: _SyncSession) -> None:
         """(A thread of its own, holding the writer's part, as ``_write``'s
         writer.) Writes what ``outq`` holds until it is empty."""
-        outq = session.outq
         try:
-            while True:
-                with session.outq_mu:
-                    if not outq:
-                        session.writing = False
-                        return
-                    data = b"".join(outq)
-                    outq.clear()
+            while (data := session.take_outq()) is not None:
                 session.sock.sendall(data)
                 session.last_send = time.monotonic()
         except OSError as e:
