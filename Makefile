@@ -225,6 +225,22 @@ bench-cluster: bench-tools
 bench-ha: bench-tools
 	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/ha.sh
 
+# Fault runs (issue 26; tests/bench/README.md, "faultrun"), never part of
+# `make test`: one store (FAULTRUN_STORE: single, sentinel, cluster or
+# redlock) under faults (FAULTRUN_FAULTS: all or no-data-loss) for
+# FAULTRUN_SECONDS with two brokers (FAULTRUN_BROKER, default the release
+# build) and a workload; prints what its clients saw, per minute.
+# FAULTRUN_ARGS passes more options (--json FILE, --out DIR, --seed N).
+FAULTRUN_STORE   ?= single
+FAULTRUN_FAULTS  ?= all
+FAULTRUN_SECONDS ?= 60
+FAULTRUN_BROKER  ?= build/lockbrokerd
+.PHONY: faultrun
+faultrun:
+	@$(MAKE) --no-print-directory build/lockbrokerd
+	python3 tests/bench/faultrun $(FAULTRUN_STORE) --faults $(FAULTRUN_FAULTS) \
+	    --seconds $(FAULTRUN_SECONDS) --broker $(FAULTRUN_BROKER) $(FAULTRUN_ARGS)
+
 bench-tools: deps
 	@$(MAKE) --no-print-directory build/lockbrokerd
 	$(CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 $$(pkg-config --cflags libuv jansson hiredis) \
