@@ -3,8 +3,9 @@
 -- KEYS: all seven. ARGV: the context (see context_of), then id, mode,
 -- limit (0 for a lock), ttl_ms, owner, client, max_hold_ms (0 = none),
 -- wait ('1': queue when busy; 'r': Redlock, see below), fair ('1'), max_queue,
--- and with 'r' how many acquires of the lock wait on the calling broker,
--- this one included.
+-- with 'r' how many acquires of the lock wait on the calling broker, this
+-- one included (else any number), and the holder's value ('' none, '=' .. V:
+-- see the prelude).
 -- Returns {1, fence, ttl_ms, hold_ms} granted (hold_ms: ms left of the
 -- max hold, 0 for none); {0, retry_ms} busy (and queued when wait); {-1, 0}
 -- conflict (held or awaited as another kind or limit); {-2, 0} the queue is
@@ -68,11 +69,13 @@ if not hv[1] then
     -- promise that, it gets twice that margin, so most grants skip this.
     if hv[5] and tonumber(hv[5]) >= expiry + retention then
       redis.call('HSET', KEYS[3], 'f', f, 'o', ARGV[7], 'x', expiry, 'c', '1', 'k', ARGV[8],
-                 'l', ARGV[9], 'e', deadline, 'w', ARGV[11], 'n', ARGV[12], 'r', '0')
+                 'l', ARGV[9], 'e', deadline, 'w', ARGV[11], 'n', ARGV[12], 'r', '0',
+                 'V', ARGV[18] or '')
     else
       local z = expiry + 2 * retention
       redis.call('HSET', KEYS[3], 'f', f, 'o', ARGV[7], 'x', expiry, 'c', '1', 'k', ARGV[8],
-                 'l', ARGV[9], 'e', deadline, 'w', ARGV[11], 'n', ARGV[12], 'r', '0', 'z', z)
+                 'l', ARGV[9], 'e', deadline, 'w', ARGV[11], 'n', ARGV[12], 'r', '0', 'z', z,
+                 'V', ARGV[18] or '')
       redis.call('PEXPIRE', KEYS[3], z - now_ms)
     end
     if ARGV[14] == 'r' then -- one of the broker's waiters less
@@ -94,6 +97,7 @@ local id, mode, limit = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
 local ttl, owner, client = tonumber(ARGV[a + 3]), ARGV[a + 4], ARGV[a + 5]
 local max_hold, wait, fair = tonumber(ARGV[a + 6]), ARGV[a + 7] == '1', ARGV[a + 8] == '1'
 local max_queue = tonumber(ARGV[a + 9])
+local value = ARGV[a + 11] or ''
 
 unsolo(K, C, hv)
 purge(K.h, K.i, C.now_ms)
@@ -162,7 +166,7 @@ if place then mark_del(K.s, 'a:', 'al', id) end
 if may then
   if queued then dequeue(K, id, mode) end
   if ARGV[a + 7] == 'r' then redlock_waiting(K, C, tonumber(ARGV[a + 10] or '1') - 1) end
-  local fence, t, hold = grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
+  local fence, t, hold = grant(K, C, id, mode, limit, ttl, owner, client, max_hold, value)
   return finish(K, C, {1, fence, t, hold}, granted)
 end
 
@@ -182,7 +186,7 @@ if not queued then
   -- :s may have outlived them, with a 'qz' they never got.
   if nqueued == 0 then redis.call('HDEL', K.s, 'qz') end
   redis.call('ZADD', K.q, place or redis.call('HINCRBY', K.s, 'seq', 1), id)
-  info_set(K.w, id, {mode, limit, ttl, owner, client, max_hold, C.broker})
+  info_set(K.w, id, {mode, limit, ttl, owner, client, max_hold, C.broker, value})
   if mode == 'x' then redis.call('HINCRBY', K.s, 'xw', 1) end
 end
 redis.call('ZADD', K.d, C.now_ms + C.heartbeat, id)

@@ -2,7 +2,7 @@
 -- the extend op), never past its max-hold deadline.
 -- KEYS: holders, info, header. ARGV: id, ttl_ms, retention_ms, then for a
 -- retake (a Redlock renewal; else absent) count, seq, fence, owner,
--- client, hold_ms: as verify.lua's retake, the lease missing here while
+-- client, hold_ms, value: as verify.lua's retake, the lease missing here while
 -- nobody holds the lock here (a master restarted empty) is held again
 -- here, for ttl_ms.
 -- Returns {ms, hold_ms}: the lifetime set in ms (-1 when the id holds
@@ -46,7 +46,8 @@ if not info then
   retime(h, i, hd, now_ms, retention)
   if ARGV[4] and redis.call('ZCARD', h) == 0 and not redis.call('HGET', hd, 'm') then
     return retake_solo(hd, id, now_ms, ttl, tonumber(ARGV[4]), tonumber(ARGV[5]),
-                       tonumber(ARGV[6]), ARGV[7], ARGV[8], tonumber(ARGV[9]), retention)
+                       tonumber(ARGV[6]), ARGV[7], ARGV[8], tonumber(ARGV[9]), retention,
+                       ARGV[10])
   end
   return {-1, 0}
 end

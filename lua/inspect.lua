@@ -1,8 +1,9 @@
 -- inspect.lua: what a lock looks like now, without lease tokens.
 -- KEYS: all seven. ARGV: (none)
 -- Returns {limit, fence or false, waiters, mode1, ttl1, count1, owner1,
--- client1, mode2, ...} with holders in expiry order; limit comes from the
--- holders or else the queued waiters.
+-- client1, value1, mode2, ...} with holders in expiry order (a value as
+-- the prelude keeps it: '' none, '=' .. V); limit comes from the holders
+-- or else the queued waiters.
 local K = keys_of(KEYS)
 local now_ms = clock()
 
@@ -26,7 +27,7 @@ if v[2] then
   local solo = {0, v[1] or false, redlock_waiters()}
   if tonumber(v[3]) > now_ms then
     solo[1] = tonumber(v[6])
-    for _, x in ipairs({v[5], tonumber(v[3]) - now_ms, tonumber(v[4]), v[8], v[9]}) do
+    for _, x in ipairs({v[5], tonumber(v[3]) - now_ms, tonumber(v[4]), v[8], v[9], v[11] or ''}) do
       solo[#solo + 1] = x
     end
   end
@@ -47,5 +48,6 @@ for n = 1, #held do
   out[#out + 1] = info[2]
   out[#out + 1] = info[4]
   out[#out + 1] = info[5]
+  out[#out + 1] = info[9] or ''
 end
 return out

@@ -136,7 +136,7 @@ static const field_t hello_fields[] = {
 
 /* Indices into acquire_fields, for acquire_finish. */
 enum { A_LOCK, A_MODE, A_LIMIT, A_TTL, A_WAIT, A_WATCHDOG, A_OWNER, A_FAIR,
-       A_DETACH, A_MAX_HOLD };
+       A_DETACH, A_MAX_HOLD, A_VALUE };
 
 static const field_t acquire_fields[] = {
 	[A_LOCK] = {"lock", F_STR, F_REQUIRED | F_NO_CTRL, 1, REQ_LOCK_MAX_BYTES,
@@ -152,6 +152,7 @@ static const field_t acquire_fields[] = {
 	[A_DETACH] = {"detach", F_BOOL, 0, 0, 0, U(acquire.detach)},
 	[A_MAX_HOLD] = {"max_hold_ms", F_INT, 0, REQ_TTL_MIN_MS, REQ_TTL_MAX_MS,
 			U(acquire.max_hold_ms)},
+	[A_VALUE] = {"value", F_STR, 0, 0, REQ_VALUE_MAX_BYTES, U(acquire.value)},
 };
 
 static const field_t release_fields[] = {
@@ -162,6 +163,11 @@ static const field_t extend_fields[] = {
 	{"lease", F_STR, F_REQUIRED, 1, REQ_LEASE_MAX_BYTES, U(extend.lease)},
 	{"ttl_ms", F_INT, F_REQUIRED, REQ_TTL_MIN_MS, REQ_TTL_MAX_MS,
 	 U(extend.ttl_ms)},
+};
+
+static const field_t proclaim_fields[] = {
+	{"lease", F_STR, F_REQUIRED, 1, REQ_LEASE_MAX_BYTES, U(proclaim.lease)},
+	{"value", F_STR, F_REQUIRED, 0, REQ_VALUE_MAX_BYTES, U(proclaim.value)},
 };
 
 static const field_t cancel_fields[] = {
@@ -185,6 +191,10 @@ static int acquire_finish(req_t *req, unsigned present, req_error_t *err)
 				    "field 'mode' must be absent when 'limit' is given");
 		a->mode = LB_MODE_PERMIT;
 	}
+	if ((present & BIT(A_VALUE)) && a->mode != LB_MODE_EXCLUSIVE)
+		return fail(err, LB_E_INVALID_ARGUMENT,
+			    "field 'value' is allowed only with mode \"exclusive\" (an election's "
+			    "leader is one holder)");
 	if (!(present & BIT(A_WAIT)))
 		a->wait_ms = -1;
 	if (!(present & BIT(A_OWNER))) {
@@ -215,6 +225,7 @@ static const op_def_t ops[OP__COUNT] = {
 	[OP_INSPECT] = OPDEF("inspect", inspect_fields, NULL),
 	[OP_LEASES] = {"leases", NULL, 0, NULL},
 	[OP_STATS] = {"stats", NULL, 0, NULL},
+	[OP_PROCLAIM] = OPDEF("proclaim", proclaim_fields, NULL),
 };
 
 _Static_assert(sizeof(acquire_fields) / sizeof(acquire_fields[0]) <= 32,

@@ -37,6 +37,7 @@
 #define REQ_KEEPALIVE_MIN_MS 500
 #define REQ_KEEPALIVE_MAX_MS 600000
 #define REQ_LIMIT_MAX 1000000
+#define REQ_VALUE_MAX_BYTES 4096 /* an election's value (acquire, proclaim) */
 
 typedef enum req_op {
 	OP_HELLO,
@@ -48,6 +49,7 @@ typedef enum req_op {
 	OP_INSPECT,
 	OP_LEASES,
 	OP_STATS,
+	OP_PROCLAIM,
 	OP__COUNT
 } req_op_t;
 
@@ -82,12 +84,18 @@ typedef struct req_acquire {
 	bool fair;           /* default true */
 	bool detach;         /* default false */
 	int64_t max_hold_ms; /* 0 = absent: no cap */
+	lb_str_t value;      /* absent: ptr NULL; exclusive locks only */
 } req_acquire_t;
 
 typedef struct req_lease {
 	lb_str_t lease;
 	int64_t ttl_ms; /* extend only; required there */
 } req_lease_t;
+
+typedef struct req_proclaim {
+	lb_str_t lease;
+	lb_str_t value; /* required; may be empty */
+} req_proclaim_t;
 
 typedef struct req_cancel {
 	json_t *target; /* borrowed; a string or an integer, as a valid id */
@@ -108,6 +116,7 @@ typedef struct req {
 		req_lease_t extend;
 		req_cancel_t cancel;
 		req_inspect_t inspect;
+		req_proclaim_t proclaim;
 	} u;
 } req_t;
 

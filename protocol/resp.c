@@ -134,6 +134,13 @@ json_t *resp_hello(const json_t *id, const resp_hello_t *h)
 	put(l, "keepalive_ms_min", num(h->limits.keepalive_ms_min));
 	put(l, "keepalive_ms_max", num(h->limits.keepalive_ms_max));
 	put(o, "limits", l);
+	if (h->features) {
+		json_t *f = must(json_array());
+		for (size_t k = 0; h->features[k]; k++)
+			if (json_array_append_new(f, str(h->features[k])) != 0)
+				abort();
+		put(o, "features", f);
+	}
 	return o;
 }
 
@@ -142,6 +149,14 @@ json_t *resp_ping(const json_t *id, bool redis_up)
 	json_t *o = head(id, true);
 
 	put(o, "redis", str(redis_up ? "up" : "down"));
+	return o;
+}
+
+json_t *resp_proclaimed(const json_t *id, int64_t fence)
+{
+	json_t *o = head(id, true);
+
+	put(o, "fence", num(fence));
 	return o;
 }
 
@@ -332,6 +347,8 @@ json_t *resp_inspect(const json_t *id, const resp_inspect_t *in)
 		put(ho, "count", num(h->count));
 		put(ho, "owner", lbstr(h->owner));
 		put(ho, "client", lbstr(h->client));
+		if (h->value.ptr)
+			put(ho, "value", lbstr(h->value));
 		if (json_array_append_new(holders, ho) != 0)
 			oom();
 	}

@@ -62,6 +62,7 @@ typedef struct resp_hello {
 	const char *session; /* "s<N>" */
 	const char *broker;  /* the broker's id */
 	resp_limits_t limits;
+	const char *const *features; /* NULL-terminated: "features" */
 } resp_hello_t;
 json_t *resp_hello(const json_t *id, const resp_hello_t *h);
 /* ping: {"ok":true,"redis":"up"|"down"} */
@@ -70,6 +71,8 @@ json_t *resp_ping(const json_t *id, bool redis_up);
 json_t *resp_released(const json_t *id, int64_t count);
 /* extend: {"ok":true,"ttl_ms":T} */
 json_t *resp_extended(const json_t *id, int64_t ttl_ms);
+/* proclaim: {"ok":true,"fence":F} */
+json_t *resp_proclaimed(const json_t *id, int64_t fence);
 /* cancel: {"ok":true,"cancelled":B} */
 json_t *resp_cancelled(const json_t *id, bool cancelled);
 
@@ -79,6 +82,7 @@ typedef struct resp_holder {
 	int64_t count;
 	lb_str_t owner;
 	lb_str_t client;
+	lb_str_t value; /* an exclusive holder's value; ptr NULL: none (left out) */
 } resp_holder_t;
 
 typedef enum resp_lock_state {

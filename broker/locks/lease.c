@@ -130,6 +130,7 @@ static void lease_free(lease_t *l)
 	server.nleases--;
 	free(l->lock);
 	free(l->owner);
+	free(l->value);
 	free(l);
 }
 
@@ -147,6 +148,21 @@ void lease_set_count(lease_t *l, int64_t count, int64_t seq)
 		return; /* an older call's answer: the newer one's count stands */
 	l->count = count;
 	l->count_seq = seq;
+}
+
+void lease_set_value(lease_t *l, const char *value, size_t len, int64_t seq)
+{
+	if (seq < l->value_seq)
+		return; /* an older proclaim's answer: the newer value stands */
+	free(l->value);
+	l->value = value ? xstrndup(value, len) : NULL;
+	l->value_len = value ? len : 0;
+	l->value_seq = seq;
+}
+
+int64_t lease_state_seq(const lease_t *l)
+{
+	return l->count_seq > l->value_seq ? l->count_seq : l->value_seq;
 }
 
 lease_t *lease_find_held(const struct client *s, const char *lock, size_t lock_len,

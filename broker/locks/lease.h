@@ -50,6 +50,12 @@ typedef struct lease {
 	size_t owner_len;
 	lb_mode_t mode;
 	int64_t fence;
+	/* The holder's value as Redis keeps it ('=' V, lua/lib/prelude.lua),
+	 * NULL for none; value_seq: the op seq of the proclaim that set it (0:
+	 * the grant's). The data-loss check replays it with the count. */
+	char *value;
+	size_t value_len;
+	int64_t value_seq;
 	int64_t ttl_ms; /* lifetime the watchdog renews to */
 	int64_t count;  /* reentrancy count */
 	int64_t opseq;      /* the last op seq sent (release, reenter): see
@@ -91,6 +97,11 @@ lease_t *lease_find(const char *token, size_t len);
  * reenter) with count: the lease's count, unless a later call's answer
  * came first. */
 void lease_set_count(lease_t *l, int64_t count, int64_t seq);
+/* The same for the value (in Redis's form, NULL for none; copied) that a
+ * proclaim (or the grant: seq 0) set. */
+void lease_set_value(lease_t *l, const char *value, size_t len, int64_t seq);
+/* The op seq of the newest state (count and value) Redis answered. */
+int64_t lease_state_seq(const lease_t *l);
 lease_t *lease_find_held(const struct client *s, const char *lock, size_t lock_len,
                          const char *owner, size_t owner_len);
 

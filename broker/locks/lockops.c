@@ -303,6 +303,57 @@ static void extend_step(opctx_t *c)
 		opctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
 }
 
+/* ---- proclaim ------------------------------------------------------------ */
+
+static void on_proclaim_reply(const redisReply *r, void *priv)
+{
+	opctx_t *c = priv;
+	int64_t held, fence;
+	lease_t *l;
+
+	if (!store_reply_failed(r) && opctx_reply_int(r, 0, &held) && held == -2) {
+		opctx_fail(c, LB_E_INVALID_ARGUMENT, "the lease is not exclusive: only an exclusive "
+		                                     "holder has a value");
+		return;
+	}
+	if (!lease_reply_or_answer(c, r, "proclaim", &held, &l))
+		return;
+	if (!opctx_reply_int(r, 1, &fence)) {
+		opctx_fail(c, LB_E_INTERNAL, "unexpected reply from the proclaim script");
+		return;
+	}
+	/* Answered: a new master that missed it gets it again from the
+	 * data-loss check (verify.lua), as a count is. A detached lease has no
+	 * such check: its value lives in Redis alone. */
+	if (l)
+		lease_set_value(l, c->value, c->value_len, c->seq);
+	client_answer(c->s, c->id, resp_proclaimed(c->id, fence));
+	opctx_done(c);
+}
+
+static void proclaim_step(opctx_t *c)
+{
+	lease_t *l = lease_find(c->token, LEASE_TOKEN_LEN);
+	lockscript_t ls;
+
+	if (l && l->mode != LB_MODE_EXCLUSIVE) {
+		opctx_fail(c, LB_E_INVALID_ARGUMENT, "the lease is not exclusive: only an exclusive "
+		                                     "holder has a value");
+		return;
+	}
+	lockscript_begin(&ls, c->lock, c->lock_len, LOCK_NKEYS_HOLDER, false);
+	lockscript_arg(&ls, c->token, LEASE_TOKEN_LEN);
+	lockscript_arg(&ls, c->value, c->value_len);
+	c->seq = l ? ++l->opseq : 0; /* a detached lease has no op seq */
+	lockscript_int(&ls, c->seq);
+	c->sent_at = timers_now();
+	/* Repeatable (its op seq, and setting a value twice is setting it
+	 * once): sent again after a lost reply until Redis answers. */
+	lockscript_retry_until(&ls, c->sent_at + LB_RESOLVE_MS);
+	if (lockscript_send(&ls, SCRIPT_PROCLAIM, on_proclaim_reply, c) < 0)
+		opctx_fail(c, LB_E_UNAVAILABLE, "Redis is not reachable");
+}
+
 struct index_lookup {
 	opctx_t *c;
 	lock_step_fn step;
@@ -341,6 +392,15 @@ static void with_lease(client_t *s, req_t *req, lb_str_t token, int64_t ttl_ms, 
 	c = opctx_new(s, req->id);
 	memcpy(c->token, token.ptr, LEASE_TOKEN_LEN);
 	c->ttl_ms = ttl_ms;
+	if (req->op == OP_PROCLAIM) {
+		/* '=' V: see lua/lib/prelude.lua */
+		const lb_str_t *v = &req->u.proclaim.value;
+		c->value_len = v->len + 1;
+		c->value = xmalloc(c->value_len + 1);
+		c->value[0] = '=';
+		memcpy(c->value + 1, v->ptr, v->len);
+		c->value[c->value_len] = '\0';
+	}
 	l = lease_find(token.ptr, token.len);
 	if (l) {
 		/* Renewals sent from now on carry the new TTL, so none sent after
@@ -374,6 +434,8 @@ bool lockops_answer_locally(client_t *s, req_t *req)
 		token = req->u.release.lease;
 	else if (req->op == OP_EXTEND)
 		token = req->u.extend.lease;
+	else if (req->op == OP_PROCLAIM)
+		token = req->u.proclaim.lease;
 	else
 		return false;
 	if (token_valid(token) && !lease_was_lost(token.ptr, token.len))
@@ -395,6 +457,11 @@ void lockops_release(client_t *s, req_t *req)
 void lockops_extend(client_t *s, req_t *req)
 {
 	with_lease(s, req, req->u.extend.lease, req->u.extend.ttl_ms, extend_step);
+}
+
+void lockops_proclaim(client_t *s, req_t *req)
+{
+	with_lease(s, req, req->u.proclaim.lease, 0, proclaim_step);
 }
 
 /* ---- inspect ------------------------------------------------------------ */
@@ -419,9 +486,10 @@ static void on_inspected(const redisReply *r, void *priv)
 		opctx_fail_unavailable(c, r);
 		return;
 	}
-	if (!opctx_reply_int(r, 0, &limit) || !opctx_reply_int(r, 2, &waiters) || (r->elements - 3) % 5 != 0)
+	if (!opctx_reply_int(r, 0, &limit) || !opctx_reply_int(r, 2, &waiters) ||
+	    (r->elements - 3) % INSPECT_HOLDER_WIDTH != 0)
 		goto bad;
-	n = (r->elements - 3) / 5;
+	n = (r->elements - 3) / INSPECT_HOLDER_WIDTH;
 	if (r->element[1]->type == REDIS_REPLY_STRING) {
 		in.has_fence = true;
 		in.fence = strtoll(r->element[1]->str, NULL, 10);
@@ -430,14 +498,19 @@ static void on_inspected(const redisReply *r, void *priv)
 	}
 	holders = xcalloc(n, sizeof(*holders));
 	for (size_t k = 0; k < n; k++) {
-		const redisReply *const *e = (const redisReply *const *)&r->element[3 + 5 * k];
-		lb_str_t mode;
+		const redisReply *const *e =
+		    (const redisReply *const *)&r->element[3 + INSPECT_HOLDER_WIDTH * k];
+		lb_str_t mode, value;
 		if (!reply_str(e[0], &mode) || mode.len != 1 || e[1]->type != REDIS_REPLY_INTEGER ||
 		    e[2]->type != REDIS_REPLY_INTEGER || !reply_str(e[3], &holders[k].owner) ||
-		    !reply_str(e[4], &holders[k].client))
+		    !reply_str(e[4], &holders[k].client) || !reply_str(e[5], &value) ||
+		    (value.len > 0 && value.ptr[0] != '='))
 			goto bad;
 		holders[k].mode = mode.ptr[0] == 's' ? LB_MODE_SHARED
 		                : mode.ptr[0] == 'p' ? LB_MODE_PERMIT : LB_MODE_EXCLUSIVE;
+		/* '' none, '=' V: see lua/lib/prelude.lua */
+		if (value.len > 0 && holders[k].mode == LB_MODE_EXCLUSIVE)
+			holders[k].value = (lb_str_t){value.ptr + 1, value.len - 1};
 		holders[k].ttl_ms = e[1]->integer;
 		holders[k].count = e[2]->integer;
 		if (holders[k].mode == LB_MODE_EXCLUSIVE)

@@ -25,5 +25,7 @@ void lockops_acquire(struct client *s, req_t *req);
 void lockops_release(struct client *s, req_t *req);
 void lockops_extend(struct client *s, req_t *req);
 void lockops_inspect(struct client *s, req_t *req);
+/* An exclusive holder's new value, without a new term (lua/proclaim.lua). */
+void lockops_proclaim(struct client *s, req_t *req);
 
 #endif

@@ -35,6 +35,7 @@ void opctx_done(opctx_t *c)
 
 	json_decref(c->id);
 	free(c->lock);
+	free(c->value);
 	free(c);
 	client_op_end(s);
 }

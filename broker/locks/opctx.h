@@ -25,7 +25,9 @@ typedef struct op_ctx {
 	char *lock; /* owned copy */
 	size_t lock_len;
 	int64_t ttl_ms;
-	int64_t seq; /* the op seq a re-entry or release carries */
+	int64_t seq; /* the op seq a re-entry, release or proclaim carries */
+	char *value; /* proclaim: the value as Redis keeps it ('=' V); owned */
+	size_t value_len;
 	bool detach;
 } opctx_t;
 

@@ -136,6 +136,14 @@ static waiter_t *waiter_new(client_t *s, const json_t *id, const req_acquire_t *
 	w->req_id = id ? json_incref((json_t *)id) : NULL;
 	w->owner = xstrndup(a->owner.ptr, a->owner.len);
 	w->owner_len = a->owner.len;
+	if (a->value.ptr) {
+		/* '=' V: lua/lib/prelude.lua tells an empty value from none so. */
+		w->value_len = a->value.len + 1;
+		w->value = xmalloc(w->value_len + 1);
+		w->value[0] = '=';
+		memcpy(w->value + 1, a->value.ptr, a->value.len);
+		w->value[w->value_len] = '\0';
+	}
 	w->mode = a->mode;
 	w->limit = a->limit;
 	w->ttl_ms = ttl_ms;
@@ -230,6 +238,7 @@ void wq_waiter_free(waiter_t *w)
 
 	json_decref(w->req_id);
 	free(w->owner);
+	free(w->value);
 	free(w);
 	client_unref(s);
 }

@@ -122,6 +122,8 @@ struct waiter {
 
 	char *owner;
 	size_t owner_len;
+	char *value; /* the holder's value as Redis keeps it ('=' V), NULL: none */
+	size_t value_len;
 	lb_mode_t mode;
 	int64_t limit;
 	int64_t ttl_ms;

@@ -132,6 +132,7 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 		l = lease_new(s, w->id, w->wl->name, w->wl->len, w->owner, w->owner_len, w->mode, fence,
 		              w->ttl_ms, w->watchdog);
 		l->uncertain = w->uncertain;
+		lease_set_value(l, w->value, w->value_len, 0);
 		watchdog_start(l, sent_at, ttl_granted, hold_ms);
 	} else {
 		lease_note_detached_grant(w->id); /* in no table: see waitq_take_grants */
@@ -575,6 +576,9 @@ void wq_waiter_send_now(waiter_t *w)
 		lockscript_int(&ls, server.cfg->max_queue);
 		if (store_redlock() && w->wait)
 			lockscript_int(&ls, (int64_t)waiting_on(w->wl)); /* inspect counts them */
+		else
+			lockscript_str(&ls, "1"); /* read with 'r' only */
+		lockscript_arg(&ls, w->value ? w->value : "", w->value_len);
 		/* A try is repeatable (the script knows its id): after a lost
 		 * reply it is sent again for a while. A waiting acquire is
 		 * resent by its lock's heartbeat instead. */

@@ -140,6 +140,11 @@ static void retake_args(lockscript_t *ls, const lease_t *l, uint64_t now)
 	lockscript_int(ls, l->max_hold_at > now ? (int64_t)(l->max_hold_at - now) : 0);
 }
 
+static void value_arg(lockscript_t *ls, const lease_t *l)
+{
+	lockscript_arg(ls, l->value ? l->value : "", l->value_len);
+}
+
 static bool may_retake(const lease_t *l)
 {
 	return store_redlock() && l->releasing == 0 && l->count > 0;
@@ -156,8 +161,9 @@ static void renew(lease_t *l, uint64_t now)
 	lockscript_str(&ls, LB_FENCE_RETENTION_STR);
 	if (may_retake(l) && !(l->max_hold_at && now >= l->max_hold_at)) {
 		lockscript_int(&ls, l->count);
-		lockscript_int(&ls, l->count_seq);
+		lockscript_int(&ls, lease_state_seq(l));
 		retake_args(&ls, l, now);
+		value_arg(&ls, l);
 	}
 	/* Worth waiting for (a slot on the move) until the lease ends here. */
 	lockscript_deadline(&ls, l->expires_at);
@@ -222,9 +228,11 @@ static void verify(lease_t *l, void *arg)
 	r->pass = V.pass;
 	lockscript_begin(&ls, l->lock, l->lock_len, LOCK_NKEYS_HOLDER, false);
 	lockscript_arg(&ls, l->token, LEASE_TOKEN_LEN);
-	/* Redis replays what it missed of the answered count (verify.lua). */
+	/* Redis replays what it missed of the answered count and value
+	 * (verify.lua). */
 	lockscript_int(&ls, l->count);
-	lockscript_int(&ls, l->count_seq);
+	lockscript_int(&ls, lease_state_seq(l));
+	value_arg(&ls, l);
 	if (may_retake(l) && l->expires_at > r->sent_at &&
 	    !(l->max_hold_at && r->sent_at >= l->max_hold_at)) {
 		/* For the life this broker vouches for, no longer. */

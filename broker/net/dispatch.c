@@ -66,6 +66,7 @@ static void op_acquire(session_t *s, req_t *req) { lockops_acquire(&s->lk, req);
 static void op_release(session_t *s, req_t *req) { lockops_release(&s->lk, req); }
 static void op_extend(session_t *s, req_t *req) { lockops_extend(&s->lk, req); }
 static void op_inspect(session_t *s, req_t *req) { lockops_inspect(&s->lk, req); }
+static void op_proclaim(session_t *s, req_t *req) { lockops_proclaim(&s->lk, req); }
 
 static const struct op_def {
 	op_handler handler;
@@ -80,7 +81,12 @@ static const struct op_def {
 	[OP_INSPECT] = {op_inspect, OPF_AUTH | OPF_REDIS},
 	[OP_LEASES] = {op_leases, OPF_AUTH | OPF_SEES},
 	[OP_STATS] = {op_stats, OPF_AUTH},
+	[OP_PROCLAIM] = {op_proclaim, OPF_AUTH | OPF_REDIS},
 };
+
+/* What hello's "features" lists: the additions to protocol version 1
+ * this broker serves (PROTOCOL.md, "Coordination beyond the mutex"). */
+static const char *const features[] = {"value", "proclaim", NULL};
 
 /* op must wait until nothing of the session is in flight. */
 static bool waits_for_inflight(req_op_t op)
@@ -334,6 +340,7 @@ static void op_hello(session_t *s, req_t *req)
 			.keepalive_ms_min = REQ_KEEPALIVE_MIN_MS,
 			.keepalive_ms_max = REQ_KEEPALIVE_MAX_MS,
 		},
+		.features = features,
 	};
 
 	if (secret) {

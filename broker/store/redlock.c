@@ -26,14 +26,16 @@
  * round; see waitq_wake.c). Fairness across brokers is best effort.
  *
  * Every other call is merged by what its reply means:
- *   extend, verify, reenter: held when a quorum says so, for the
+ *   extend, verify, reenter, proclaim: held when a quorum says so, for the
  *     quorum-th longest life left less the drift (so a lease ends here
  *     before a majority could free it); not held when more than N - quorum
- *     say not; unknown (NULL) when a quorum cannot answer;
+ *     say not; unknown (NULL) when a quorum cannot answer (proclaim,
+ *     held on a quorum: {1, the highest fence they show});
  *   release, withdraw: the count left where it is held (a release is
  *     safe on any master), answered when a quorum said so, when all
  *     answered, or RL_STRAGGLER_MS after a quorum did;
- *   inspect: the holder a quorum shows, with the highest fence any shows;
+ *   inspect: the holder a quorum shows, with the highest fence any shows
+ *     and the value a quorum of those showing it agree on;
  *   lease_index: a pointer found on any master; written on a quorum;
  *   heartbeat, orphans: the first answer (the locks layer sends none).
  * A call is freed once every master answered (or failed): a master that
@@ -315,13 +317,15 @@ static void arm(rl_call_t *c, uint64_t at)
 	timer_at(&c->timer, at);
 }
 
-/* ---- extend, verify, reenter: a life left on a quorum -------------------- */
+/* ---- extend, verify, reenter, proclaim: held on a quorum ----------------- */
 
+/* Proclaim answers {1, fence} where a quorum holds the lease (the highest
+ * fence they show), the others a life left. */
 static void merge_life(rl_call_t *c)
 {
 	int64_t life[REDLOCK_MASTERS_MAX], hold[REDLOCK_MASTERS_MAX], count[REDLOCK_MASTERS_MAX];
 	int ok = 0, gone = 0, pending = count_state(c, LEG_PENDING);
-	bool reenter = c->script == SCRIPT_REENTER;
+	bool reenter = c->script == SCRIPT_REENTER, proclaim = c->script == SCRIPT_PROCLAIM;
 
 	for (int i = 0; i < c->n; i++) {
 		if (c->st[i] != LEG_OK)
@@ -330,12 +334,15 @@ static void merge_life(rl_call_t *c)
 			gone++;
 			continue;
 		}
-		life[ok] = reenter ? c->v[i][1] : c->v[i][0];
+		life[ok] = reenter || proclaim ? c->v[i][1] : c->v[i][0];
 		hold[ok] = reenter ? 0 : c->v[i][1];
 		count[ok] = c->v[i][0];
 		ok++;
 	}
-	if (ok >= c->quorum) {
+	if (ok >= c->quorum && proclaim) {
+		int_reply_t b;
+		deliver(c, ints(&b, 2, 1, kth_largest(life, ok, 1), 0, 0));
+	} else if (ok >= c->quorum) {
 		int_reply_t b;
 		int64_t l = kth_largest(life, ok, c->quorum);
 		int64_t h = quorum_hold(hold, ok, c->quorum);
@@ -411,8 +418,8 @@ static void merge_count(rl_call_t *c, bool timed_out)
 
 /* ---- inspect: the holder a quorum shows ---------------------------------- */
 
-/* inspect.lua: {limit, fence (a string) or false, waiters, then 5 per
- * holder}. What each master showed is kept for store_inspect_masters. */
+/* inspect.lua: {limit, fence (a string) or false, waiters, then
+ * INSPECT_HOLDER_WIDTH per holder}. What each master showed is kept for store_inspect_masters. */
 static int64_t inspect_fence(const redisReply *r)
 {
 	const redisReply *f = r->element[1];
@@ -422,7 +429,8 @@ static int64_t inspect_fence(const redisReply *r)
 
 static bool holder_shown(const redisReply *r)
 {
-	return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 8 && (r->elements - 3) % 5 == 0 &&
+	return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3 + INSPECT_HOLDER_WIDTH &&
+	       (r->elements - 3) % INSPECT_HOLDER_WIDTH == 0 &&
 	       r->element[4]->type == REDIS_REPLY_INTEGER && r->element[6]->type == REDIS_REPLY_STRING &&
 	       r->element[7]->type == REDIS_REPLY_STRING;
 }
@@ -436,6 +444,36 @@ static bool same_str(const redisReply *a, const redisReply *b)
 static bool same_holder(const redisReply *a, const redisReply *b)
 {
 	return same_str(a->element[6], b->element[6]) && same_str(a->element[7], b->element[7]);
+}
+
+/* The holder's value (its first holder's, element 8) that a quorum of
+ * the masters showing the holder agree on, into pick's reply: a proclaim
+ * that reached a minority only (answered unavailable) shows nowhere. */
+static void agreed_value(rl_call_t *c, int pick)
+{
+	const int v = 3 + INSPECT_HOLDER_WIDTH - 1;
+
+	for (int i = 0; i < c->n; i++) {
+		int same = 0;
+		redisReply *mine;
+		if (!holder_shown(c->copy[i]) || !same_holder(c->copy[i], c->copy[pick]) ||
+		    c->copy[i]->element[v]->type != REDIS_REPLY_STRING)
+			continue;
+		for (int j = 0; j < c->n; j++)
+			same += holder_shown(c->copy[j]) && same_holder(c->copy[j], c->copy[pick]) &&
+			        c->copy[j]->element[v]->type == REDIS_REPLY_STRING &&
+			        same_str(c->copy[j]->element[v], c->copy[i]->element[v]);
+		if (same < c->quorum)
+			continue;
+		if (i == pick)
+			return;
+		mine = c->copy[pick]->element[v];
+		free(mine->str);
+		mine->str = dup_bytes(c->copy[i]->element[v]->str, c->copy[i]->element[v]->len);
+		mine->len = c->copy[i]->element[v]->len;
+		mine->type = REDIS_REPLY_STRING;
+		return;
+	}
 }
 
 static void merge_inspect(rl_call_t *c, bool timed_out)
@@ -454,7 +492,7 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 		const redisReply *r = c->copy[i];
 		R.inspected[i] = -1;
 		if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
-		    (r->elements - 3) % 5 != 0)
+		    (r->elements - 3) % INSPECT_HOLDER_WIDTH != 0)
 			continue;
 		if (inspect_fence(r) > fence)
 			fence = inspect_fence(r);
@@ -463,7 +501,7 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 		if (r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer > waiters)
 			waiters = r->element[2]->integer;
 		any = any < 0 ? i : any;
-		R.inspected[i] = r->elements >= 8;
+		R.inspected[i] = r->elements >= 3 + INSPECT_HOLDER_WIDTH;
 	}
 	/* The holder (owner, client) the most masters show; the shortest
 	 * life among them. Masters that show another (a lost round's grant
@@ -520,6 +558,7 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 		f->str = dup_bytes(fs, f->len);
 		if (c->copy[pick]->element[2]->type == REDIS_REPLY_INTEGER)
 			c->copy[pick]->element[2]->integer = waiters;
+		agreed_value(c, pick);
 		deliver(c, c->copy[pick]);
 	}
 	R.inspecting = false;
@@ -764,6 +803,7 @@ static void step(rl_call_t *c, const redisReply *r, bool timed_out)
 	case SCRIPT_EXTEND:
 	case SCRIPT_VERIFY:
 	case SCRIPT_REENTER:
+	case SCRIPT_PROCLAIM:
 		merge_life(c);
 		if (timed_out)
 			deliver_error(c, RL_NO_QUORUM);
@@ -772,6 +812,7 @@ static void step(rl_call_t *c, const redisReply *r, bool timed_out)
 	case SCRIPT_WITHDRAW:
 		merge_count(c, timed_out);
 		break;
+
 	case SCRIPT_INSPECT:
 		merge_inspect(c, timed_out);
 		break;

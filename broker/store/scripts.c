@@ -17,6 +17,7 @@ static const char *const script_names[SCRIPT__COUNT] = {
 	[SCRIPT_INSPECT] = "inspect",
 	[SCRIPT_LEASE_INDEX] = "lease_index",
 	[SCRIPT_ORPHANS] = "orphans",
+	[SCRIPT_PROCLAIM] = "proclaim",
 	[SCRIPT_REENTER] = "reenter",
 	[SCRIPT_RELEASE] = "release",
 	[SCRIPT_VERIFY] = "verify",

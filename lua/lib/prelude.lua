@@ -11,7 +11,7 @@
 --   1 P{NAME}:h  zset   holder id -> expiry, Redis time in ms
 --   2 P{NAME}:i  hash   holder id -> cmsgpack {mode, count, max-hold
 --                       deadline ms or 0, owner, client, limit, fence,
---                       op seq (absent: 0)}
+--                       op seq (absent: 0), value (absent: '')}
 --   3 P{NAME}    hash   the lock's header:
 --                         f  the last fencing token issued
 --                         m  '1' while the full model (keys 1, 2, 4-7) is
@@ -27,14 +27,14 @@
 --                            still be on its way (its reply was lost),
 --                            is never granted again; gl lists those ids
 --                            (see tombstone)
---                         o, x, c, k, l, e, w, n, r  the solo holder:
+--                         o, x, c, k, l, e, w, n, r, V  the solo holder:
 --                            id, expiry ms, count, mode, limit, max-hold
---                            deadline ms or 0, owner, client, op seq;
---                            only 'o' says there is one (the others may
---                            be stale)
+--                            deadline ms or 0, owner, client, op seq,
+--                            value; only 'o' says there is one (the
+--                            others may be stale)
 --   4 P{NAME}:q  zset   waiter id -> arrival number (the FIFO queue)
 --   5 P{NAME}:w  hash   waiter id -> cmsgpack {mode, limit, ttl, owner,
---                       client, max-hold ms, broker id}
+--                       client, max-hold ms, broker id, value}
 --   6 P{NAME}:d  zset   waiter id -> heartbeat deadline, Redis time in ms
 --   7 P{NAME}:s  hash   'seq' last arrival number, 'xw' exclusive waiters,
 --                       'wk:'B when broker B was last woken (ms), 'dx:'B
@@ -43,6 +43,13 @@
 -- mode: 'x' exclusive, 's' shared, 'p' semaphore permit (limit > 0).
 -- Holder and waiter ids are lease tokens: a waiter keeps its id when it is
 -- granted.
+-- A value (an election's leader's, acquire's and proclaim's `value`) is
+-- kept as the broker sends it: '' for none, '=' .. V for the value V (an
+-- empty value too), so that "none" needs no key of its own and a holder's
+-- info is always a full array.
+--
+-- The op seq orders proclaim too: a proclaim whose seq is not above the
+-- holder's ran already and changes nothing.
 --
 -- The op seq makes the count-changing calls (release, reenter) repeatable:
 -- a broker numbers them per lease (1, 2, ...) and a holder keeps the last
@@ -166,7 +173,7 @@ local function retime(h, i, hd, now_ms, retention)
 end
 
 -- The solo holder's fields in the header, in HMGET order.
-local SOLO = {'o', 'x', 'c', 'k', 'l', 'e', 'w', 'n', 'r'}
+local SOLO = {'o', 'x', 'c', 'k', 'l', 'e', 'w', 'n', 'r', 'V'}
 
 -- Moves a solo holder (if any, and live) from the header into the model,
 -- drops 'z' (this script may set the header's lifetime), and notes in C.m
@@ -188,10 +195,10 @@ local function unsolo(K, C, pre)
   local expiry = tonumber(v[5])
   if expiry <= C.now_ms then return end
   redis.call('ZADD', K.h, expiry, id)
-  -- {mode, count, deadline, owner, client, limit, fence, seq}
+  -- {mode, count, deadline, owner, client, limit, fence, seq, value}
   redis.call('HSET', K.i, id, cmsgpack.pack({v[7], tonumber(v[6]), tonumber(v[9]), v[10],
                                              v[11], tonumber(v[8]), tonumber(v[2]),
-                                             tonumber(v[12] or '0')}))
+                                             tonumber(v[12] or '0'), v[13] or ''}))
 end
 
 -- A holder exists only when both its expiry and its info do. Half of one
@@ -385,11 +392,11 @@ end
 
 -- Makes id a holder (in the model); returns its fence, the lifetime granted
 -- and the ms left of its max hold.
-local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold)
+local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold, value)
   local expiry, deadline = expiry_of(C, ttl, max_hold)
   local fence = next_fence(K, C)
   redis.call('ZADD', K.h, expiry, id)
-  info_set(K.i, id, {mode, 1, deadline, owner, client, limit, fence})
+  info_set(K.i, id, {mode, 1, deadline, owner, client, limit, fence, 0, value})
   redis.call('HSET', K.hd, 'f', string.format('%.0f', fence))
   return fence, expiry - C.now_ms, hold_left(C, deadline)
 end
@@ -399,9 +406,10 @@ end
 -- checked), by a renewal or the data-loss check of the broker that still
 -- holds it on a quorum (extend.lua, verify.lua): for ttl ms (never past
 -- hold ms from now, 0 for none), at its count and op seq, with its fence
--- (the header's is raised to it, never lowered). Returns {ms, hold_ms} as
--- extend does.
-local function retake_solo(hd, id, now_ms, ttl, count, seq, fence, owner, client, hold, retention)
+-- (the header's is raised to it, never lowered) and value. Returns {ms,
+-- hold_ms} as extend does.
+local function retake_solo(hd, id, now_ms, ttl, count, seq, fence, owner, client, hold, retention,
+                           value)
   local expiry, deadline = now_ms + ttl, 0
   if hold > 0 then
     deadline = now_ms + hold
@@ -411,7 +419,8 @@ local function retake_solo(hd, id, now_ms, ttl, count, seq, fence, owner, client
   if fence < last then fence = last end
   local z = expiry + 2 * retention
   redis.call('HSET', hd, 'f', string.format('%.0f', fence), 'o', id, 'x', expiry, 'c', count,
-             'k', 'x', 'l', '0', 'e', deadline, 'w', owner, 'n', client, 'r', seq, 'z', z)
+             'k', 'x', 'l', '0', 'e', deadline, 'w', owner, 'n', client, 'r', seq, 'z', z,
+             'V', value or '')
   redis.call('PEXPIRE', hd, z - now_ms)
   return {expiry - now_ms, deadline > 0 and deadline - now_ms or 0}
 end
@@ -533,7 +542,8 @@ local function promote(K, C, list, queue, first)
           zadd[#zadd + 1] = expiry
           zadd[#zadd + 1] = id
           hset[#hset + 1] = id
-          hset[#hset + 1] = cmsgpack.pack({wi[1], 1, deadline, wi[4], wi[5], wi[2], fence})
+          hset[#hset + 1] = cmsgpack.pack({wi[1], 1, deadline, wi[4], wi[5], wi[2], fence, 0,
+                                           wi[8] or ''})
           gone[#gone + 1] = id
           if wi[1] == 'x' then xgone = xgone + 1; xgranted = true end
           ngranted = ngranted + 1

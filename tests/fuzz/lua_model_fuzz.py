@@ -63,7 +63,7 @@ sock, scriptdir, seed, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(s
 r = R(sock)
 r.cmd('FLUSHALL')
 sha = {}
-for n in ['acquire', 'release', 'extend', 'reenter', 'heartbeat', 'withdraw', 'inspect']:
+for n in ['acquire', 'release', 'extend', 'reenter', 'heartbeat', 'withdraw', 'inspect', 'proclaim']:
     with open('%s/%s.lua' % (scriptdir, n)) as fh:
         sha[n] = r.cmd('SCRIPT', 'LOAD', fh.read())
 
@@ -82,7 +82,8 @@ BROKERS = ['b1','b2','b3']
 nid = [0]
 # beliefs: id -> dict(lock, mode, limit, exp)  (conservative expiry)
 held = {}
-waiting = {}   # id -> (lock, broker, mode, limit, ttl)
+waiting = {}   # id -> (lock, broker, mode, limit, ttl, value)
+values = {}    # id -> the value Redis must show for it ('' none)
 lastfence = {}
 viol = []
 hist = []
@@ -137,6 +138,15 @@ def check_state(t):
         nx = sum(1 for i in q if waiting.get(i, (0,0,''))[2] == 'x')
         if s is not None and int(s) != nx and all(i in waiting for i in q):
             viol.append('xw %s %s vs %d' % (L, s, nx))
+def check_values(t):
+    # One exclusive holder believed live: inspect shows its value.
+    for L in LOCKS:
+        live = [i for i, h in held.items() if h['lock'] == L and h['exp'] > t + 2 and h['mode'] == 'x']
+        if len(live) != 1: continue
+        ins = r.cmd('EVALSHA', sha['inspect'], 7, *keys7(L))
+        if len(ins) != 9 or ins[3] != 'x': continue
+        if ins[8] != values.get(live[0], ''):
+            viol.append('value %s: inspect shows %r, expected %r' % (L, ins[8], values.get(live[0])))
 def take_grants(L, lst, t0):
     for j in range(0, len(lst) - 3, 4):
         id_ = lst[j]
@@ -159,11 +169,13 @@ for step in range(steps):
             wait = random.choice(['0','1','1','r','R'])
             fair = random.choice(['0','1'])
             mh = random.choice([0, 0, 50])
-            rep = r.cmd('EVALSHA', sha['acquire'], 7, *keys7(L), *ctx(L, b), id_, mode, limit, ttl, 'o', 'c', mh, wait, fair, 100)
+            value = random.choice(['', '=v' + id_, '=']) if mode == 'x' else ''
+            values[id_] = value
+            rep = r.cmd('EVALSHA', sha['acquire'], 7, *keys7(L), *ctx(L, b), id_, mode, limit, ttl, 'o', 'c', mh, wait, fair, 100, 1, value)
             if rep[0] == 1:
-                waiting[id_] = (L, b, mode, limit, ttl); grant(L, id_, rep[1], rep[2], t0, mode, limit, 'acquire', rep[3]); take_grants(L, rep[4:], t0)
+                waiting[id_] = (L, b, mode, limit, ttl, value); grant(L, id_, rep[1], rep[2], t0, mode, limit, 'acquire', rep[3]); take_grants(L, rep[4:], t0)
             elif rep[0] == 0:
-                if wait == '1': waiting[id_] = (L, b, mode, limit, ttl)
+                if wait == '1': waiting[id_] = (L, b, mode, limit, ttl, value)
                 take_grants(L, rep[2:], t0)
             else: take_grants(L, rep[2:], t0)
         elif op < 0.55:
@@ -180,6 +192,25 @@ for step in range(steps):
             if rep[0] == 0: held.pop(id_, None)
             elif rep[0] == -1: held.pop(id_, None)
             take_grants(L, rep[1:], t0)
+        elif op < 0.60:
+            # proclaim: a new value, the fence unchanged; a repeat (same
+            # seq, its first reply lost) changes nothing
+            cands = [i for i, h in held.items() if h['lock'] == L]
+            if not cands: continue
+            id_ = random.choice(cands)
+            h = held[id_]; h['seq'] = h.get('seq', 0) + 1
+            value = '=p%d' % step
+            rep = r.cmd('EVALSHA', sha['proclaim'], 3, *keys7(L)[:3], id_, value, h['seq'])
+            if rep[0] == 1:
+                if h['mode'] != 'x': viol.append('proclaim of a %s holder took' % h['mode'])
+                if int(rep[1]) != h['fence']: viol.append('proclaim fence %s != %s' % (rep[1], h['fence']))
+                values[id_] = value
+                if random.random() < 0.3:
+                    rep2 = r.cmd('EVALSHA', sha['proclaim'], 3, *keys7(L)[:3], id_, '=stale', h['seq'])
+                    if rep2[0] == 1 and int(rep2[1]) != h['fence']: viol.append('proclaim repeat fence')
+            elif rep[0] == -2:
+                if h['mode'] == 'x': viol.append('proclaim of an x holder refused')
+            else: held.pop(id_, None)
         elif op < 0.65:
             cands = [i for i, h in held.items() if h['lock'] == L]
             if not cands: continue
@@ -233,7 +264,7 @@ for step in range(steps):
     for (lk, f, i, src) in opf: lastfence[lk] = max(lastfence.get(lk, 0), f)
     opf.clear()
     t = now()
-    check_me(t); check_state(t)
+    check_me(t); check_state(t); check_values(t)
     if viol:
         print('seed', seed, 'step', step, 'op', op, L, b); print('\n'.join(viol[:5]))
         for L2 in LOCKS:

@@ -18,7 +18,7 @@ redis-server --port 0 --unixsocket "$tmp/redis.sock" --save "" --appendonly no \
 	--dir "$tmp" --daemonize yes --pidfile "$tmp/redis.pid" >/dev/null
 i=0
 while [ ! -S "$tmp/redis.sock" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-for n in acquire release extend reenter heartbeat withdraw inspect; do
+for n in acquire release extend reenter heartbeat withdraw inspect proclaim; do
 	sh "$top/deploy/embed-lua.sh" --text "$top/lua/lib/prelude.lua" "$top/lua/$n.lua" >"$tmp/$n.lua"
 done
 fails=0

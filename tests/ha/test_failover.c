@@ -496,3 +496,28 @@ HA_TEST(failover, a_partial_release_the_new_master_missed_is_replayed, 150)
 	lb_expect_ok(acquire(b, "count-down", 30000, 0));
 	lb_end();
 }
+
+static void proclaim_once(lb_client *a, const char *lease)
+{
+	json_t *p = lb_call_timeout(a, 15000, "{s:s, s:s, s:s}", "op", "proclaim", "lease", lease,
+	                            "value", "10.9.0.2:80");
+
+	lb_expect_ok(p);
+}
+
+/* A leader's proclaim the new master never had (issue 27, point 1): the
+ * broker's check after the failover writes the answered value again, so
+ * the other broker's inspect shows it in the same term. */
+HA_TEST(failover, a_proclaim_the_new_master_missed_is_replayed, 150)
+{
+	lb_broker *A;
+	lb_client *a, *b;
+	const char *lease = count_across_failover(&A, &a, &b, "lead-fo", 1, proclaim_once);
+	json_t *in = lb_inspect(b, "lead-fo");
+	json_t *h = json_array_get(lb_get(in, "holders"), 0);
+
+	cr_assert(json_is_string(json_object_get(h, "value")), "the value was lost: %s", lb_dump(in));
+	cr_assert_str_eq(lb_str(h, "value"), "10.9.0.2:80", "%s", lb_dump(in));
+	cr_assert_eq(release_count(a, lease), 0);
+	lb_end();
+}

@@ -1270,7 +1270,7 @@ const char *lb_read_line(lb_client *c, int timeout_ms)
 static json_t *parse_line(const char *line, bool must)
 {
     json_error_t err;
-    json_t *j = json_loads(line, JSON_DECODE_ANY, &err);
+    json_t *j = json_loads(line, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
     if (!j) {
         if (must)
             cr_assert_fail("broker sent a line that is not JSON (%s): %.300s", err.text, line);

@@ -469,7 +469,7 @@ Test(req, every_op_name_is_known)
 {
 	static const char *const names[] = {"hello", "ping", "acquire", "release",
 					    "extend", "cancel", "inspect",
-					    "leases", "stats"};
+					    "leases", "stats", "proclaim"};
 	char line[64];
 	size_t i;
 	req_t r;
@@ -572,7 +572,10 @@ Test(req, a_field_of_another_op_lists_this_ops_fields)
 	expect_msg("{\"op\":\"acquire\",\"lock\":\"a\",\"lease\":\"l\"}",
 		   LB_E_INVALID_ARGUMENT,
 		   "unknown field 'lease' (acquire takes 'lock', 'mode', 'limit', 'ttl_ms', "
-		   "'wait_ms', 'watchdog', 'owner', 'fair', 'detach', 'max_hold_ms')", NULL);
+		   "'wait_ms', 'watchdog', 'owner', 'fair', 'detach', 'max_hold_ms', 'value')", NULL);
+	expect_msg("{\"op\":\"proclaim\",\"lease\":\"l\",\"value\":\"v\",\"lock\":\"a\"}",
+		   LB_E_INVALID_ARGUMENT, "unknown field 'lock' (proclaim takes 'lease', 'value')",
+		   NULL);
 	expect_msg("{\"op\":\"hello\",\"lock\":\"a\"}", LB_E_INVALID_ARGUMENT,
 		   "unknown field 'lock' (hello takes 'client', 'auth', 'keepalive_ms')",
 		   NULL);
@@ -1248,4 +1251,67 @@ Test(req, error_code_strings)
 			cr_assert_str_neq(lb_err_code((lb_err_t)i),
 					  lb_err_code((lb_err_t)j));
 	}
+}
+
+/* value (issue 27): up to 4096 bytes, any bytes, exclusive locks only;
+ * absent and null are none, "" is a value. */
+Test(req, acquire_value)
+{
+	req_t r;
+	req_acquire_t *a = acquire_ok("{\"op\":\"acquire\",\"lock\":\"l\",\"value\":\"h\\u0000:1\"}", &r);
+	char *big, line[4200];
+
+	cr_assert_eq(a->value.len, 4u);
+	cr_assert_eq(memcmp(a->value.ptr, "h\0:1", 4), 0);
+	req_clear(&r);
+	a = acquire_ok("{\"op\":\"acquire\",\"lock\":\"l\",\"value\":\"\",\"mode\":\"exclusive\"}", &r);
+	cr_assert_not_null(a->value.ptr);
+	cr_assert_eq(a->value.len, 0u);
+	req_clear(&r);
+	a = acquire_ok("{\"op\":\"acquire\",\"lock\":\"l\",\"value\":null}", &r);
+	cr_assert_null(a->value.ptr);
+	req_clear(&r);
+	a = acquire_ok("{\"op\":\"acquire\",\"lock\":\"l\"}", &r);
+	cr_assert_null(a->value.ptr);
+	req_clear(&r);
+
+	big = rep('v', 4096);
+	snprintf(line, sizeof(line), "{\"op\":\"acquire\",\"lock\":\"l\",\"value\":\"%s\"}", big);
+	a = acquire_ok(line, &r);
+	cr_assert_eq(a->value.len, 4096u);
+	req_clear(&r);
+	free(big);
+	big = rep('v', 4097);
+	snprintf(line, sizeof(line), "{\"op\":\"acquire\",\"lock\":\"l\",\"value\":\"%s\"}", big);
+	expect_msg(line, LB_E_INVALID_ARGUMENT, "field 'value' must be a string of at most 4096 bytes",
+		   NULL);
+	free(big);
+	expect("{\"op\":\"acquire\",\"lock\":\"l\",\"value\":1}", LB_E_INVALID_ARGUMENT, "'value'");
+	expect("{\"op\":\"acquire\",\"lock\":\"l\",\"value\":\"v\",\"mode\":\"shared\"}",
+	       LB_E_INVALID_ARGUMENT, "only with mode \"exclusive\"");
+	expect("{\"op\":\"acquire\",\"lock\":\"l\",\"value\":\"v\",\"limit\":3}",
+	       LB_E_INVALID_ARGUMENT, "only with mode \"exclusive\"");
+}
+
+Test(req, proclaim_fields)
+{
+	req_t r;
+	req_error_t e;
+
+	cr_assert_eq(run("{\"id\":1,\"op\":\"proclaim\",\"lease\":\"abc\",\"value\":\"\"}", &r, &e),
+		     LB_OK);
+	cr_assert_eq(r.op, OP_PROCLAIM);
+	cr_assert_eq(r.u.proclaim.lease.len, 3u);
+	cr_assert_not_null(r.u.proclaim.value.ptr);
+	cr_assert_eq(r.u.proclaim.value.len, 0u);
+	req_clear(&r);
+	expect("{\"op\":\"proclaim\",\"lease\":\"abc\"}", LB_E_INVALID_ARGUMENT,
+	       "field 'value' is required");
+	expect("{\"op\":\"proclaim\",\"lease\":\"abc\",\"value\":null}", LB_E_INVALID_ARGUMENT,
+	       "field 'value' is required");
+	expect("{\"op\":\"proclaim\",\"value\":\"v\"}", LB_E_INVALID_ARGUMENT,
+	       "field 'lease' is required");
+	expect("{\"op\":\"proclaim\",\"lease\":\"abc\",\"value\":false}", LB_E_INVALID_ARGUMENT,
+	       "'value'");
+	cr_assert_str_eq(req_op_name(OP_PROCLAIM), "proclaim");
 }

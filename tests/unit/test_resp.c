@@ -215,7 +215,7 @@ Test(resp, invalid_utf8_is_masked)
 Test(resp, hello)
 {
 	resp_hello_t h = {"lockbroker/1.0.0", 1, "s-1", "0123456789abcdef",
-	                  {65536, 100, 86400000, 10000, 1000, 1024, 500, 600000}};
+	                  {65536, 100, 86400000, 10000, 1000, 1024, 500, 600000}, NULL};
 	json_t *v = roundtrip(resp_hello(NULL, &h), NULL), *l;
 
 	keys_are(v, "id", "ok", "server", "proto", "session", "broker", "limits", NULL);
@@ -280,8 +280,8 @@ Test(resp, inspect_with_holders)
 {
 	lb_str_t owner = {"t\0" "2", 3};
 	resp_holder_t h[2] = {
-		{LB_MODE_SHARED, 1500, 2, owner, S("worker/1")},
-		{LB_MODE_SHARED, 800, 1, {NULL, 0}, {NULL, 0}},
+		{LB_MODE_SHARED, 1500, 2, owner, S("worker/1"), {NULL, 0}},
+		{LB_MODE_SHARED, 800, 1, {NULL, 0}, {NULL, 0}, {NULL, 0}},
 	};
 	resp_inspect_t in = {S("db"), RESP_STATE_SHARED, 0, h, 2, 3, true, 42, NULL, 0};
 	json_t *v = roundtrip(resp_inspect(NULL, &in), NULL), *hs, *h0, *h1;
@@ -313,7 +313,7 @@ Test(resp, inspect_with_holders)
 
 Test(resp, inspect_semaphore_and_free)
 {
-	resp_holder_t h = {LB_MODE_PERMIT, 100, 1, {"", 0}, {"", 0}};
+	resp_holder_t h = {LB_MODE_PERMIT, 100, 1, {"", 0}, {"", 0}, {NULL, 0}};
 	resp_inspect_t sem = {S("pool"), RESP_STATE_SEMAPHORE, 5, &h, 1, 0, false, 7, NULL, 0};
 	resp_inspect_t fr = {S("x"), RESP_STATE_FREE, 0, NULL, 0, 0, false, 0, NULL, 0};
 	resp_inspect_t ex = {S("x"), RESP_STATE_EXCLUSIVE, 0, NULL, 0, 0, true, 0, NULL, 0};
@@ -458,7 +458,7 @@ Test(resp, events_have_no_id)
 Test(resp, nul_in_owner_is_escaped_on_the_wire)
 {
 	char raw[1024];
-	resp_holder_t h = {LB_MODE_EXCLUSIVE, 1, 1, {"a\0b", 3}, {"\0", 1}};
+	resp_holder_t h = {LB_MODE_EXCLUSIVE, 1, 1, {"a\0b", 3}, {"\0", 1}, {NULL, 0}};
 	resp_inspect_t in = {S("x"), RESP_STATE_EXCLUSIVE, 0, &h, 1, 0, false, 0, NULL, 0};
 	json_t *v = roundtrip(resp_inspect(NULL, &in), raw);
 
@@ -606,4 +606,56 @@ Test(resp, inspect_redlock_masters)
 	v = roundtrip(resp_inspect(NULL, &in), NULL);
 	cr_assert_null(json_object_get(v, "masters"));
 	json_decref(v);
+}
+
+/* hello's "features" (issue 27): listed when given, in order. */
+Test(resp, hello_lists_features)
+{
+	static const char *const features[] = {"value", "proclaim", NULL};
+	resp_hello_t h = {"lockbroker/1.0.0", 1, "s-1", "0123456789abcdef",
+	                  {65536, 100, 86400000, 10000, 1000, 1024, 500, 600000}, features};
+	json_t *v = roundtrip(resp_hello(NULL, &h), NULL), *f;
+
+	keys_are(v, "id", "ok", "server", "proto", "session", "broker", "limits", "features", NULL);
+	f = json_object_get(v, "features");
+	cr_assert_eq(json_array_size(f), 2);
+	cr_assert_str_eq(json_string_value(json_array_get(f, 0)), "value");
+	cr_assert_str_eq(json_string_value(json_array_get(f, 1)), "proclaim");
+	json_decref(v);
+}
+
+/* An exclusive holder's value (an election's leader): shown with its bytes
+ * (an empty one too); none is left out. proclaim's answer: the fence. */
+Test(resp, inspect_shows_a_value_and_proclaim_its_fence)
+{
+	resp_holder_t h = {LB_MODE_EXCLUSIVE, 900, 1, S("o"), S("c"), {"10.0.0.1\0x", 10}};
+	resp_inspect_t in = {S("lead"), RESP_STATE_EXCLUSIVE, 0, &h, 1, 0, true, 9, NULL, 0};
+	json_t *v = roundtrip(resp_inspect(NULL, &in), NULL), *h0, *val;
+
+	h0 = json_array_get(json_object_get(v, "holders"), 0);
+	keys_are(h0, "mode", "ttl_ms", "count", "owner", "client", "value", NULL);
+	val = json_object_get(h0, "value");
+	cr_assert_eq(json_string_length(val), 10);
+	cr_assert(memcmp(json_string_value(val), "10.0.0.1\0x", 10) == 0);
+	json_decref(v);
+
+	h.value = (lb_str_t){"", 0};
+	v = roundtrip(resp_inspect(NULL, &in), NULL);
+	h0 = json_array_get(json_object_get(v, "holders"), 0);
+	cr_assert_str_eq(json_string_value(json_object_get(h0, "value")), "");
+	json_decref(v);
+
+	h.value = (lb_str_t){NULL, 0};
+	v = roundtrip(resp_inspect(NULL, &in), NULL);
+	h0 = json_array_get(json_object_get(v, "holders"), 0);
+	cr_assert_null(json_object_get(h0, "value"));
+	json_decref(v);
+
+	json_t *id = json_integer(3);
+	v = roundtrip(resp_proclaimed(id, 1234567), NULL);
+	keys_are(v, "id", "ok", "fence", NULL);
+	cr_assert_eq(ival(v, "fence"), 1234567);
+	cr_assert_eq(ival(v, "id"), 3);
+	json_decref(v);
+	json_decref(id);
 }

@@ -1,0 +1,109 @@
+/*
+ * test_redlock_election.c - leader election under --redlock (issue 27,
+ * point 1): the leader's value is written with its grant on every master
+ * that grants, a proclaim reaches a quorum and keeps the term, inspect
+ * shows the value a quorum agrees on, and a master restarted empty gets
+ * the lease back from the next renewal with its value.
+ */
+#include "tests/redlock/rl.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#define TTL_MS 3000
+
+static json_t *campaign(lb_client *c, const char *lock, const char *value)
+{
+	return lb_call(c, "{s:s, s:s, s:s, s:i, s:i}", "op", "acquire", "lock", lock, "value", value,
+	               "wait_ms", 0, "ttl_ms", TTL_MS);
+}
+
+static json_t *proclaim(lb_client *c, const char *lease, const char *value)
+{
+	return lb_call_timeout(c, 15000, "{s:s, s:s, s:s}", "op", "proclaim", "lease", lease, "value",
+	                       value);
+}
+
+static const char *shown_value(lb_client *c, const char *lock)
+{
+	json_t *in = lb_inspect(c, lock);
+	json_t *h = json_array_get(lb_get(in, "holders"), 0);
+	json_t *v = h ? json_object_get(h, "value") : NULL;
+
+	cr_assert(json_is_string(v), "no value shown: %s", lb_dump(in));
+	return json_string_value(v);
+}
+
+/* Polls master r's header until its value field is want ('=' V). */
+static bool master_shows(lb_redis *r, const char *name, const char *want, int timeout_ms)
+{
+	for (int64_t end = lb_now_ms() + timeout_ms; lb_now_ms() < end; lb_sleep_ms(50)) {
+		const char *v = rl_header(r, name, "V");
+		if (v && strcmp(v, want) == 0)
+			return true;
+	}
+	return false;
+}
+
+RL_TEST(redlock_election, the_value_is_on_every_master_and_a_proclaim_keeps_the_term, 40)
+{
+	lb_redis *m[3];
+	const char *name = "rl-lead";
+
+	rl_masters_start(m, 3);
+	lb_broker *a = lb_broker_start_redlock(m, 3, NULL), *b = lb_broker_start_redlock(m, 3, NULL);
+	lb_client *c = lb_connect(a, LB_TCP), *o = lb_connect(b, LB_TCP);
+	json_t *g = campaign(c, name, "10.1.0.1:9000"), *p;
+
+	lb_expect_ok(g);
+	for (int i = 0; i < 3; i++)
+		cr_assert(master_shows(m[i], name, "=10.1.0.1:9000", 2000), "master %d has no value", i);
+	cr_assert_str_eq(shown_value(o, name), "10.1.0.1:9000");
+
+	p = proclaim(c, lb_str(g, "lease"), "10.1.0.2:9000");
+	lb_expect_ok(p);
+	cr_assert_eq(lb_int(p, "fence"), lb_int(g, "fence"), "%s", lb_dump(p));
+	for (int i = 0; i < 3; i++)
+		cr_assert(master_shows(m[i], name, "=10.1.0.2:9000", 2000), "master %d missed it", i);
+	cr_assert_str_eq(shown_value(o, name), "10.1.0.2:9000");
+	cr_assert_eq(lb_int(lb_inspect(o, name), "fence"), lb_int(g, "fence"));
+
+	/* Not the holder: not_held. */
+	cr_assert_eq(lb_release(c, lb_str(g, "lease")), 0);
+	lb_expect_err(proclaim(c, lb_str(g, "lease"), "late"), "not_held");
+	lb_end();
+}
+
+/* One master of three stalled: a proclaim is answered by the other two,
+ * and inspect shows the value they agree on, not the stalled master's
+ * old one. Then that master restarts empty: the next renewal holds the
+ * lease there again, with the value it has now. */
+RL_TEST(redlock_election, a_minority_down_proclaims_and_a_master_restarted_empty_gets_the_value_back,
+        60)
+{
+	lb_redis *m[3];
+	const char *name = "rl-lead2";
+
+	rl_masters_start(m, 3);
+	lb_broker *a = lb_broker_start_redlock(m, 3, NULL), *b = lb_broker_start_redlock(m, 3, NULL);
+	lb_client *c = lb_connect(a, LB_TCP), *o = lb_connect(b, LB_TCP);
+	json_t *g = campaign(c, name, "v1");
+
+	lb_expect_ok(g);
+	cr_assert(master_shows(m[2], name, "=v1", 2000));
+	cr_assert_eq(kill(lb_redis_pid(m[2]), SIGSTOP), 0);
+	lb_expect_ok(proclaim(c, lb_str(g, "lease"), "v2"));
+	cr_assert_str_eq(shown_value(o, name), "v2");
+	cr_assert_eq(kill(lb_redis_pid(m[2]), SIGCONT), 0);
+	/* Its queued copy runs once it wakes: every master agrees again. */
+	cr_assert(master_shows(m[2], name, "=v2", 5000), "the stalled master never got the value");
+
+	lb_redis_restart(m[2]); /* empty */
+	cr_assert(master_shows(m[2], name, "=v2", 3 * TTL_MS),
+	          "the renewal did not hold the lease again with its value");
+	cr_assert_not_null(rl_header(m[2], name, "f"), "the master restarted empty has no fence");
+	lb_expect_silent(c, 200, "the leader");
+	cr_assert_str_eq(shown_value(o, name), "v2");
+	lb_end();
+}
