@@ -25,6 +25,7 @@
 #include "broker/base/version.h"
 #include "broker/locks/lease.h"
 #include "broker/locks/waitq.h"
+#include "broker/locks/watch.h"
 #include "broker/locks/watchdog.h"
 #include "broker/metrics.h"
 #include "broker/net/dispatch.h"
@@ -173,6 +174,7 @@ static void on_data_loss(const char *why)
 
 	watchdog_verify_all(gated, failover, store_loss_checked);
 	waitq_on_subscribed();
+	watch_read_all(true); /* each watch: one `changed`, read afresh */
 	if (gated) {
 		/* Releases the new master (or the restarted Redis) may have
 		 * missed: their holders would keep the locks, for nobody, until
@@ -183,11 +185,29 @@ static void on_data_loss(const char *why)
 	}
 }
 
+/* A message on this broker's notice channel: a lock's waiters may be
+ * granted (its name), or a watched lock changed ("\1" NAME). */
+static void on_store_message(const char *msg, size_t len)
+{
+	if (len > 0 && msg[0] == '\1')
+		watch_noticed(msg + 1, len - 1);
+	else
+		waitq_on_message(msg, len);
+}
+
+/* The subscription came back: messages may have been missed. */
+static void on_resubscribed(void)
+{
+	waitq_on_subscribed();
+	watch_read_all(false);
+}
+
 static void on_redis_up(void)
 {
 	static bool told;
 
 	LOG(LOG_INFO, "msg=\"ready\" broker=%s", server.id);
+	watch_read_all(true); /* Redis came back: each watch, one `changed` */
 	if (!told) {
 		/* Listening and Redis answers: what systemd waits for. */
 		told = true;
@@ -242,7 +262,7 @@ int broker_start(uv_loop_t *loop, lb_config_t *cfg, int argc, char **argv)
 		return -1;
 	}
 	{
-		store_events_t ev = {on_redis_up, on_data_loss, waitq_on_message, waitq_on_subscribed};
+		store_events_t ev = {on_redis_up, on_data_loss, on_store_message, on_resubscribed};
 		store_start(loop, cfg, &ev);
 	}
 	LOG(LOG_INFO, "msg=\"started\" version=%s broker=%s pool=%d", LOCKBROKER_VERSION, server.id,
@@ -260,6 +280,7 @@ void broker_free(void)
 	session_flush_list_free();
 	lease_table_free();
 	waitq_free();
+	watch_free();
 	dispatch_free();
 	store_free();
 }

@@ -74,6 +74,7 @@ enum opt_id {
 	OPT_MAX_INFLIGHT,
 	OPT_MAX_WAITERS,
 	OPT_MAX_WAITERS_PER_SESSION,
+	OPT_MAX_WATCHES_PER_SESSION,
 	OPT_MAX_QUEUE,
 	OPT_VERSION,
 	OPT_HELP,
@@ -183,6 +184,8 @@ static const struct option_def options[] = {
 	{"max-waiters-per-session", OPT_MAX_WAITERS_PER_SESSION, T_INT, true, 1, 1000000, "N",
 	 "pending acquires of one session, 1..1000000\n"
 	 "(default: 1000)"},
+	{"max-watches-per-session", OPT_MAX_WATCHES_PER_SESSION, T_INT, true, 1, 1000000, "N",
+	 "watched locks (the watch op) of one session,\n1..1000000 (default: 1000)"},
 	{"max-queue", OPT_MAX_QUEUE, T_INT, true, 1, 10000000, "N",
 	 "waiters queued on one lock across all brokers,\n"
 	 "1..10000000 (default: 10000)"},
@@ -398,6 +401,7 @@ static int set_int(struct loader *l, const struct option_def *o, int64_t v, cons
 	case OPT_MAX_INFLIGHT: cfg->max_inflight = v; break;
 	case OPT_MAX_WAITERS: cfg->max_waiters = v; break;
 	case OPT_MAX_WAITERS_PER_SESSION: cfg->max_waiters_per_session = v; break;
+	case OPT_MAX_WATCHES_PER_SESSION: cfg->max_watches_per_session = v; break;
 	case OPT_MAX_QUEUE: cfg->max_queue = v; break;
 	default: abort(); /* the table says T_INT only for the above */
 	}
@@ -709,6 +713,7 @@ static void set_defaults(lb_config_t *cfg)
 	cfg->max_inflight = 1024;
 	cfg->max_waiters = 100000;
 	cfg->max_waiters_per_session = 1000;
+	cfg->max_watches_per_session = 1000;
 	cfg->max_queue = 10000;
 }
 

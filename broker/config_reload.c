@@ -112,6 +112,7 @@ void config_apply_reload(lb_config_t *live, lb_config_t *fresh, char *restart, s
 	live->max_inflight = fresh->max_inflight;
 	live->max_waiters = fresh->max_waiters;
 	live->max_waiters_per_session = fresh->max_waiters_per_session;
+	live->max_watches_per_session = fresh->max_watches_per_session;
 	live->max_queue = fresh->max_queue;
 	/* Swap, so that config_free(fresh) frees the old secret. */
 	secret = live->auth_secret;

@@ -31,11 +31,12 @@
 -- The request is granted as the solo holder: 3 Redis calls, 4 when the
 -- header's lifetime must grow.
 local t = redis.call('TIME')
-local hv = redis.call('HMGET', KEYS[3], 'm', 'o', 'x', 'f', 'z', 'k', 'l', 'g:' .. ARGV[7])
+local hv = redis.call('HMGET', KEYS[3], 'm', 'o', 'x', 'f', 'z', 'k', 'l', 'g:' .. ARGV[7], 'W')
 -- An id that ended while this copy was on its way (see tombstone in the
 -- prelude): a late copy, whose broker answered long ago. Nothing to do.
 if hv[8] and tonumber(hv[8]) > t[1] * 1000 then return {0, 0} end
-if not hv[1] then
+-- A watched lock ('W') takes the full path, which tells its watchers.
+if not hv[1] and not hv[9] then
   local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
   -- A try (no wait) against another live solo holder that it cannot join
   -- is answered here, and the holder stays solo: a conflict of kind or

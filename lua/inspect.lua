@@ -1,11 +1,25 @@
--- inspect.lua: what a lock looks like now, without lease tokens.
--- KEYS: all seven. ARGV: (none)
+-- inspect.lua: what a lock looks like now, without lease tokens; with
+-- ARGV, also a watcher's mark (the `watch` op, see 'W' in the prelude).
+-- KEYS: all seven. ARGV: none, or the context, then the watcher's channel
+-- and how long its line lives in ms (0: it is dropped).
 -- Returns {limit, fence or false, waiters, mode1, ttl1, count1, owner1,
 -- client1, value1, mode2, ...} with holders in expiry order (a value as
 -- the prelude keeps it: '' none, '=' .. V); limit comes from the holders
 -- or else the queued waiters.
 local K = keys_of(KEYS)
 local now_ms = clock()
+
+-- A watcher (re)marks itself. The lock then leaves the solo layout (its
+-- fast paths do not tell watchers) and the marks' lifetimes are kept.
+if ARGV[1] then
+  local C, a = context_of(ARGV)
+  unsolo(K, C)
+  purge(K.h, K.i, C.now_ms)
+  purge_waiters(K, C.now_ms)
+  watch_mark(K, C, ARGV[a], tonumber(ARGV[a + 1]))
+  finish(K, C, {}, {})
+  now_ms = C.now_ms
+end
 
 -- Redlock's waiters are not queued: each broker counts its own in the
 -- header ('W:'..broker, see acquire.lua) while its rounds go on.

@@ -8,7 +8,7 @@
 
 -- The fast path: a solo holder lives in the header; when it is another id,
 -- the model is empty and id holds nothing.
-local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'k', 'r', 'f')
+local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'k', 'r', 'f', 'W')
 local seq = tonumber(ARGV[3]) or 0
 if hv[1] then
   if hv[1] ~= ARGV[1] then return {-1, 0} end
@@ -22,12 +22,14 @@ if hv[1] then
   return {1, tonumber(hv[5])}
 end
 --@prelude
-local info = live_holder(KEYS[1], KEYS[2], ARGV[1], clock())
+local now_ms = clock()
+local info = live_holder(KEYS[1], KEYS[2], ARGV[1], now_ms)
 if not info then return {-1, 0} end
 if info[1] ~= 'x' then return {-2, 0} end
 if seq == 0 or seq > (info[8] or 0) then
   info[8] = math.max(seq, info[8] or 0)
   info[9] = ARGV[2]
   info_set(KEYS[2], ARGV[1], info)
+  if hv[6] then tell_watchers(KEYS[3], hv[6], now_ms) end
 end
 return {1, info[7]}

@@ -6,7 +6,7 @@
 
 -- The fast path: a solo holder lives in the header; when it is another id,
 -- the model is empty and id holds nothing.
-local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'c', 'r')
+local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'c', 'r', 'W')
 if hv[1] then
   if hv[1] ~= ARGV[1] then return {-1, 0} end
   local t = redis.call('TIME')
@@ -27,4 +27,5 @@ if seq > 0 and seq <= (info[8] or 0) then return {info[2], expiry - now_ms} end
 info[2] = info[2] + 1
 info[8] = math.max(seq, info[8] or 0)
 info_set(i, id, info)
+if hv[5] then tell_watchers(KEYS[3], hv[5], now_ms) end
 return {info[2], expiry - now_ms}

@@ -12,8 +12,8 @@
 
 -- The fast path: id is the live solo holder (nobody waits: 3 Redis calls),
 -- or another id is (so the model is empty and id holds nothing).
-local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'c', 'r', 'v')
-if hv[1] and ARGV[8] ~= 'g' and ARGV[8] ~= 'G' then
+local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'c', 'r', 'v', 'W')
+if hv[1] and not hv[6] and ARGV[8] ~= 'g' and ARGV[8] ~= 'G' then
   if hv[1] ~= ARGV[7] then return {-1} end
   local t = redis.call('TIME')
   if tonumber(hv[2]) > t[1] * 1000 + math.floor(t[2] / 1000) then
@@ -56,6 +56,7 @@ if not info then
 end
 if seq > 0 and seq <= (info[8] or 0) then return finish(K, C, {info[2]}, {}) end
 if undo and (info[2] < 2 or (info[8] or 0) ~= undo) then return finish(K, C, {info[2]}, {}) end
+C.changed = true
 if info[2] > 1 and not all then
   info[2] = info[2] - 1
   info[8] = math.max(seq, info[8] or 0)

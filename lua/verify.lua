@@ -20,7 +20,7 @@
 -- when id holds nothing (or holds it no more).
 
 -- The fast path: id is the live solo holder.
-local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'e', 'r')
+local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'e', 'r', 'W')
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
 local count, seq = tonumber(ARGV[2]) or 0, tonumber(ARGV[3]) or 0
@@ -42,6 +42,7 @@ if not live_solo then
       info[8] = seq
       info[9] = ARGV[4] or ''
       info_set(KEYS[2], ARGV[1], info)
+      if hv[5] then tell_watchers(KEYS[3], hv[5], now_ms) end
     end
     return {expiry - now_ms, hold_left({now_ms = now_ms}, info[3])}
   end

@@ -16,6 +16,7 @@ purge_waiters(K, C.now_ms)
 
 local status = 0
 if holder_get(K.h, K.i, id) then
+  C.changed = true
   redis.call('ZREM', K.h, id)
   redis.call('HDEL', K.i, id)
   redlock_wake(K, C)

@@ -170,6 +170,14 @@ static const field_t proclaim_fields[] = {
 	{"value", F_STR, F_REQUIRED, 0, REQ_VALUE_MAX_BYTES, U(proclaim.value)},
 };
 
+static const field_t watch_fields[] = {
+	{"lock", F_STR, F_REQUIRED | F_NO_CTRL, 1, REQ_LOCK_MAX_BYTES, U(watch.lock)},
+};
+
+static const field_t unwatch_fields[] = {
+	{"watch", F_STR, F_REQUIRED, 1, REQ_WATCH_MAX_BYTES, U(unwatch.watch)},
+};
+
 static const field_t cancel_fields[] = {
 	{"target", F_ID, F_REQUIRED, 0, 0, U(cancel.target)},
 };
@@ -226,6 +234,8 @@ static const op_def_t ops[OP__COUNT] = {
 	[OP_LEASES] = {"leases", NULL, 0, NULL},
 	[OP_STATS] = {"stats", NULL, 0, NULL},
 	[OP_PROCLAIM] = OPDEF("proclaim", proclaim_fields, NULL),
+	[OP_WATCH] = OPDEF("watch", watch_fields, NULL),
+	[OP_UNWATCH] = OPDEF("unwatch", unwatch_fields, NULL),
 };
 
 _Static_assert(sizeof(acquire_fields) / sizeof(acquire_fields[0]) <= 32,

@@ -38,6 +38,7 @@
 #define REQ_KEEPALIVE_MAX_MS 600000
 #define REQ_LIMIT_MAX 1000000
 #define REQ_VALUE_MAX_BYTES 4096 /* an election's value (acquire, proclaim) */
+#define REQ_WATCH_MAX_BYTES 64   /* a watch's id (unwatch) */
 
 typedef enum req_op {
 	OP_HELLO,
@@ -50,6 +51,8 @@ typedef enum req_op {
 	OP_LEASES,
 	OP_STATS,
 	OP_PROCLAIM,
+	OP_WATCH,
+	OP_UNWATCH,
 	OP__COUNT
 } req_op_t;
 
@@ -97,6 +100,10 @@ typedef struct req_proclaim {
 	lb_str_t value; /* required; may be empty */
 } req_proclaim_t;
 
+typedef struct req_unwatch {
+	lb_str_t watch;
+} req_unwatch_t;
+
 typedef struct req_cancel {
 	json_t *target; /* borrowed; a string or an integer, as a valid id */
 } req_cancel_t;
@@ -117,6 +124,8 @@ typedef struct req {
 		req_cancel_t cancel;
 		req_inspect_t inspect;
 		req_proclaim_t proclaim;
+		req_inspect_t watch; /* the lock, as inspect's */
+		req_unwatch_t unwatch;
 	} u;
 } req_t;
 

@@ -133,6 +133,8 @@ json_t *resp_hello(const json_t *id, const resp_hello_t *h)
 	put(l, "max_inflight", num(h->limits.max_inflight));
 	put(l, "keepalive_ms_min", num(h->limits.keepalive_ms_min));
 	put(l, "keepalive_ms_max", num(h->limits.keepalive_ms_max));
+	if (h->limits.max_watches_per_session > 0)
+		put(l, "max_watches_per_session", num(h->limits.max_watches_per_session));
 	put(o, "limits", l);
 	if (h->features) {
 		json_t *f = must(json_array());
@@ -332,9 +334,9 @@ static const char *state_name(resp_lock_state_t s)
 	return "free";
 }
 
-json_t *resp_inspect(const json_t *id, const resp_inspect_t *in)
+json_t *resp_lock_state(const resp_inspect_t *in)
 {
-	json_t *o = head(id, true);
+	json_t *o = must(json_object());
 	json_t *holders = must(json_array());
 	size_t i;
 
@@ -358,6 +360,26 @@ json_t *resp_inspect(const json_t *id, const resp_inspect_t *in)
 	put(o, "holders", holders);
 	put(o, "waiters", num(in->waiters));
 	put(o, "fence", in->has_fence ? num(in->fence) : json_null());
+	return o;
+}
+
+/* o gets a copy of every field of state, in its order. */
+static void put_state(json_t *o, const json_t *state)
+{
+	const char *k;
+	json_t *v;
+
+	json_object_foreach((json_t *)state, k, v)
+		put(o, k, json_deep_copy(v));
+}
+
+json_t *resp_inspect(const json_t *id, const resp_inspect_t *in)
+{
+	json_t *o = head(id, true);
+	json_t *state = resp_lock_state(in);
+
+	put_state(o, state);
+	json_decref(state);
 	if (in->nmasters > 0) {
 		json_t *a = must(json_array());
 		for (size_t k = 0; k < in->nmasters; k++) {
@@ -429,6 +451,25 @@ json_t *resp_stats(const json_t *id, const resp_stats_t *s)
 		}
 		put(o, "redis_masters", a);
 	}
+	return o;
+}
+
+json_t *resp_watched(const json_t *id, const char *watch, const json_t *state)
+{
+	json_t *o = head(id, true);
+
+	put(o, "watch", str(watch));
+	put_state(o, state);
+	return o;
+}
+
+json_t *resp_event_changed(const char *watch, const json_t *state)
+{
+	json_t *o = must(json_object());
+
+	put(o, "event", str("changed"));
+	put(o, "watch", str(watch));
+	put_state(o, state);
 	return o;
 }
 

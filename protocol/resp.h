@@ -54,6 +54,7 @@ typedef struct resp_limits {
 	int64_t max_waiters_per_session;
 	int64_t max_inflight;
 	int64_t keepalive_ms_min, keepalive_ms_max;
+	int64_t max_watches_per_session; /* 0: left out */
 } resp_limits_t;
 
 typedef struct resp_hello {
@@ -113,6 +114,11 @@ typedef struct resp_inspect {
 	size_t nmasters;
 } resp_inspect_t;
 json_t *resp_inspect(const json_t *id, const resp_inspect_t *in);
+/* What inspect shows of a lock, without id, ok and masters: {"lock",
+ * "state", "limit", "holders", "waiters", "fence"}. */
+json_t *resp_lock_state(const resp_inspect_t *in);
+/* watch: {"ok":true,"watch":W, ...state} (state as resp_lock_state). */
+json_t *resp_watched(const json_t *id, const char *watch, const json_t *state);
 
 typedef struct resp_lease {
 	const char *lease;
@@ -158,6 +164,8 @@ json_t *resp_stats(const json_t *id, const resp_stats_t *s);
 
 /* {"event":"lost","lease":L,"lock":NAME,"reason":R} */
 json_t *resp_event_lost(const char *lease, lb_str_t lock, const char *reason);
+/* {"event":"changed","watch":W, ...state} */
+json_t *resp_event_changed(const char *watch, const json_t *state);
 /* {"event":"shutdown","grace_ms":G} */
 json_t *resp_event_shutdown(int64_t grace_ms);
 /* {"event":"closing","reason":R} */

@@ -58,6 +58,7 @@ typedef struct lb_config {
 	int64_t max_inflight;           /* requests in flight per session, default 1024 */
 	int64_t max_waiters;            /* pending acquires per broker, default 100000 */
 	int64_t max_waiters_per_session; /* default 1000 */
+	int64_t max_watches_per_session; /* default 1000 */
 	int64_t max_queue;              /* waiters queued per lock, all brokers, default 10000 */
 } lb_config_t;
 

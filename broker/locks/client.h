@@ -6,8 +6,8 @@
  * session and registers the functions behind these once, at start
  * (client_set_ops); locks/ never names the net layer.
  *
- * Ownership: the client's leases and waiters are owned by lease.c and
- * waitq.c; label is owned by whoever embeds the client (the session).
+ * Ownership: the client's leases, waiters and watches are owned by
+ * lease.c, waitq.c and watch.c; label is owned by whoever embeds the client (the session).
  */
 #ifndef LB_BROKER_LOCKS_CLIENT_H
 #define LB_BROKER_LOCKS_CLIENT_H
@@ -22,12 +22,15 @@
 
 struct lease;
 struct waiter;
+struct watch;
 
 typedef struct client {
 	struct lease *leases;   /* its non-detached leases (lease.c) */
 	size_t nleases;
 	struct waiter *waiters; /* its pending acquires (waitq.c) */
 	size_t nwaiters;        /* of those, the ones that still wait */
+	struct watch *watches;  /* its watches (watch.c) */
+	size_t nwatches;
 	const char *name;       /* "s<id>", in logs */
 	char *label;            /* hello's client label (inspect shows it), or NULL */
 	size_t label_len;

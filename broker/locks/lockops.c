@@ -474,29 +474,27 @@ static bool reply_str(const redisReply *e, lb_str_t *out)
 	return true;
 }
 
-static void on_inspected(const redisReply *r, void *priv)
+bool lockops_read_inspect(const redisReply *r, resp_inspect_t *in)
 {
-	opctx_t *c = priv;
-	resp_inspect_t in = {.lock = {c->lock, c->lock_len}, .state = RESP_STATE_FREE};
 	resp_holder_t *holders = NULL;
 	int64_t limit, waiters;
 	size_t n;
 
-	if (store_reply_failed(r)) {
-		opctx_fail_unavailable(c, r);
-		return;
-	}
+	in->state = RESP_STATE_FREE;
+	in->holders = NULL;
+	in->nholders = 0;
 	if (!opctx_reply_int(r, 0, &limit) || !opctx_reply_int(r, 2, &waiters) ||
 	    (r->elements - 3) % INSPECT_HOLDER_WIDTH != 0)
-		goto bad;
+		return false;
 	n = (r->elements - 3) / INSPECT_HOLDER_WIDTH;
+	in->has_fence = false;
 	if (r->element[1]->type == REDIS_REPLY_STRING) {
-		in.has_fence = true;
-		in.fence = strtoll(r->element[1]->str, NULL, 10);
-		if (in.fence > server.fence_high)
-			server.fence_high = in.fence;
+		in->has_fence = true;
+		in->fence = strtoll(r->element[1]->str, NULL, 10);
+		if (in->fence > server.fence_high)
+			server.fence_high = in->fence;
 	}
-	holders = xcalloc(n, sizeof(*holders));
+	holders = n ? xcalloc(n, sizeof(*holders)) : NULL;
 	for (size_t k = 0; k < n; k++) {
 		const redisReply *const *e =
 		    (const redisReply *const *)&r->element[3 + INSPECT_HOLDER_WIDTH * k];
@@ -504,8 +502,10 @@ static void on_inspected(const redisReply *r, void *priv)
 		if (!reply_str(e[0], &mode) || mode.len != 1 || e[1]->type != REDIS_REPLY_INTEGER ||
 		    e[2]->type != REDIS_REPLY_INTEGER || !reply_str(e[3], &holders[k].owner) ||
 		    !reply_str(e[4], &holders[k].client) || !reply_str(e[5], &value) ||
-		    (value.len > 0 && value.ptr[0] != '='))
-			goto bad;
+		    (value.len > 0 && value.ptr[0] != '=')) {
+			free(holders);
+			return false;
+		}
 		holders[k].mode = mode.ptr[0] == 's' ? LB_MODE_SHARED
 		                : mode.ptr[0] == 'p' ? LB_MODE_PERMIT : LB_MODE_EXCLUSIVE;
 		/* '' none, '=' V: see lua/lib/prelude.lua */
@@ -514,14 +514,30 @@ static void on_inspected(const redisReply *r, void *priv)
 		holders[k].ttl_ms = e[1]->integer;
 		holders[k].count = e[2]->integer;
 		if (holders[k].mode == LB_MODE_EXCLUSIVE)
-			in.state = RESP_STATE_EXCLUSIVE;
-		else if (in.state == RESP_STATE_FREE)
-			in.state = holders[k].mode == LB_MODE_PERMIT ? RESP_STATE_SEMAPHORE : RESP_STATE_SHARED;
+			in->state = RESP_STATE_EXCLUSIVE;
+		else if (in->state == RESP_STATE_FREE)
+			in->state = holders[k].mode == LB_MODE_PERMIT ? RESP_STATE_SEMAPHORE : RESP_STATE_SHARED;
 	}
-	in.limit = limit;
-	in.holders = holders;
-	in.nholders = n;
-	in.waiters = waiters;
+	in->limit = limit;
+	in->holders = holders;
+	in->nholders = n;
+	in->waiters = waiters;
+	return true;
+}
+
+static void on_inspected(const redisReply *r, void *priv)
+{
+	opctx_t *c = priv;
+	resp_inspect_t in = {.lock = {c->lock, c->lock_len}};
+
+	if (store_reply_failed(r)) {
+		opctx_fail_unavailable(c, r);
+		return;
+	}
+	if (!lockops_read_inspect(r, &in)) {
+		opctx_fail(c, LB_E_INTERNAL, "unexpected reply from the inspect script");
+		return;
+	}
 	{
 		store_master_t m[STORE_MASTERS_SHOWN];
 		int holds[STORE_MASTERS_SHOWN];
@@ -536,12 +552,8 @@ static void on_inspected(const redisReply *r, void *priv)
 		}
 		client_answer(c->s, c->id, resp_inspect(c->id, &in));
 	}
-	free(holders);
+	free((void *)in.holders);
 	opctx_done(c);
-	return;
-bad:
-	free(holders);
-	opctx_fail(c, LB_E_INTERNAL, "unexpected reply from the inspect script");
 }
 
 void lockops_inspect(client_t *s, req_t *req)

@@ -12,6 +12,7 @@
 
 #include "broker/store/store.h"
 #include "protocol/req.h"
+#include "protocol/resp.h"
 
 struct client;
 struct lease;
@@ -25,6 +26,10 @@ void lockops_acquire(struct client *s, req_t *req);
 void lockops_release(struct client *s, req_t *req);
 void lockops_extend(struct client *s, req_t *req);
 void lockops_inspect(struct client *s, req_t *req);
+/* lua/inspect.lua's reply into *in (its lock left alone); in->holders is
+ * malloc'd (NULL for none; the caller frees it) and borrows the reply's
+ * strings. False for a reply of another shape. */
+bool lockops_read_inspect(const redisReply *r, resp_inspect_t *in);
 /* An exclusive holder's new value, without a new term (lua/proclaim.lua). */
 void lockops_proclaim(struct client *s, req_t *req);
 

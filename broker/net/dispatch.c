@@ -44,6 +44,7 @@
 #include "broker/store/store.h"
 #include "broker/net/session.h"
 #include "broker/locks/waitq.h"
+#include "broker/locks/watch.h"
 #include "protocol/resp.h"
 
 enum {
@@ -67,6 +68,8 @@ static void op_release(session_t *s, req_t *req) { lockops_release(&s->lk, req);
 static void op_extend(session_t *s, req_t *req) { lockops_extend(&s->lk, req); }
 static void op_inspect(session_t *s, req_t *req) { lockops_inspect(&s->lk, req); }
 static void op_proclaim(session_t *s, req_t *req) { lockops_proclaim(&s->lk, req); }
+static void op_watch(session_t *s, req_t *req) { watch_start(&s->lk, req); }
+static void op_unwatch(session_t *s, req_t *req) { watch_stop(&s->lk, req); }
 
 static const struct op_def {
 	op_handler handler;
@@ -82,11 +85,13 @@ static const struct op_def {
 	[OP_LEASES] = {op_leases, OPF_AUTH | OPF_SEES},
 	[OP_STATS] = {op_stats, OPF_AUTH},
 	[OP_PROCLAIM] = {op_proclaim, OPF_AUTH | OPF_REDIS},
+	[OP_WATCH] = {op_watch, OPF_AUTH | OPF_REDIS},
+	[OP_UNWATCH] = {op_unwatch, OPF_AUTH},
 };
 
 /* What hello's "features" lists: the additions to protocol version 1
  * this broker serves (PROTOCOL.md, "Coordination beyond the mutex"). */
-static const char *const features[] = {"value", "proclaim", NULL};
+static const char *const features[] = {"value", "proclaim", "watch", NULL};
 
 /* op must wait until nothing of the session is in flight. */
 static bool waits_for_inflight(req_op_t op)
@@ -339,6 +344,7 @@ static void op_hello(session_t *s, req_t *req)
 			.max_inflight = cfg->max_inflight,
 			.keepalive_ms_min = REQ_KEEPALIVE_MIN_MS,
 			.keepalive_ms_max = REQ_KEEPALIVE_MAX_MS,
+			.max_watches_per_session = cfg->max_watches_per_session,
 		},
 		.features = features,
 	};

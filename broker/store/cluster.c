@@ -323,19 +323,23 @@ static void on_pool_lost(void)
 	watch_down();
 }
 
-/* The lock name of a wake, and the pool it came from: taken only from the
+/* The lock name of a wake (or "\1" NAME: a watched lock changed, see
+ * store_notice_channel), and the pool it came from: taken only from the
  * pool that owns the lock's slot (see the header). */
-static void on_wake(const char *name, size_t len, void *priv)
+static void on_wake(const char *msg, size_t msg_len, void *priv)
 {
 	int from = (int)(intptr_t)priv;
 	const char *prefix = C.cfg->prefix;
 	size_t plen = strlen(prefix);
+	bool notice = msg_len > 0 && msg[0] == '\1';
+	const char *name = notice ? msg + 1 : msg;
+	size_t len = notice ? msg_len - 1 : msg_len;
 	char key[600];
 	size_t n = 0;
 	int owner;
 
 	if (len == 0 || len > 512 || plen > 64) {
-		C.E.on_wake(name, len); /* no lock's: waitq tells */
+		C.E.on_wake(msg, msg_len); /* no lock's: waitq tells */
 		return;
 	}
 	/* The lock's header key, as lockscript.c writes it. */
@@ -349,7 +353,7 @@ static void on_wake(const char *name, size_t len, void *priv)
 	key[n++] = '}';
 	owner = C.owner[slot_of_key(key, n)];
 	if (owner < 0 || owner == from)
-		C.E.on_wake(name, len);
+		C.E.on_wake(msg, msg_len);
 }
 
 static void on_inbox_subscribed(void *priv)

@@ -999,11 +999,19 @@ static int rl_send(const char *route, size_t route_len, script_id_t script, int 
 
 /* ---- the backend ------------------------------------------------------------ */
 
-/* A release freed lock msg on master (int)priv (lua/release.lua). */
+/* A release freed lock msg on master (int)priv (lua/release.lua), or a
+ * watched lock changed ("\1" NAME: store_notice_channel): the locks layer
+ * hears it from each master, and reads the lock once. */
 static void on_wake_message(const char *msg, size_t len, void *priv)
 {
 	int i = (int)(intptr_t)priv;
-	rl_wake_t *w = wake_of(name_tag(msg, len));
+	rl_wake_t *w;
+
+	if (len > 0 && msg[0] == '\1') {
+		R.E.on_wake(msg, len);
+		return;
+	}
+	w = wake_of(name_tag(msg, len));
 
 	w->wake_seq[i] = ++R.seq;
 	if (w->lost_seq && !(w->mask & (1u << i)))

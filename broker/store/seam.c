@@ -6,13 +6,16 @@
  */
 #include "broker/store/store.h"
 
+#include <stdio.h>
 #include <string.h>
 
+#include "broker/base/shared.h"
 #include "broker/store/backend.h"
 #include "broker/store/rpool.h"
 
 static const store_backend_t *B;
 static const char *mode = "single";
+static char notice_channel[128];
 
 void store_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *events)
 {
@@ -23,6 +26,9 @@ void store_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *
 	       : cfg->redis.kind == URL_CLUSTER  ? "cluster"
 	       : cfg->redis.kind == URL_SENTINEL ? "sentinel"
 	                                         : "single";
+	/* As single.c, cluster.c and redlock.c name what they subscribe to. */
+	snprintf(notice_channel, sizeof(notice_channel), "%s%s%s", cfg->prefix,
+	         cfg->nredlock > 0 ? "redlock:wake" : "inbox:", cfg->nredlock > 0 ? "" : server.id);
 	B->start(loop, cfg, events);
 }
 
@@ -60,6 +66,11 @@ bool store_replayed(void)
 size_t store_inspect_masters(int *holds, size_t max)
 {
 	return B == &store_redlock_backend ? redlock_inspected(holds, max) : 0;
+}
+
+const char *store_notice_channel(void)
+{
+	return notice_channel;
 }
 
 const char *store_mode(void)

@@ -108,6 +108,11 @@ bool store_replayed(void);
  * store_masters' order: 1 a holder, 0 none, -1 no answer; returns how
  * many masters (at most max filled). 0 in other modes and at other times. */
 size_t store_inspect_masters(int *holds, size_t max);
+/* The channel a lock script publishes a watched lock's changes on for
+ * this broker to hear them (see 'W' in lua/lib/prelude.lua): its inbox, or
+ * with --redlock the channel every Redlock broker hears on every master.
+ * Its messages reach events.on_wake as "\1" NAME. */
+const char *store_notice_channel(void);
 /* "single", "sentinel", "cluster" or "redlock": how locks are kept. */
 const char *store_mode(void);
 /* True with --redlock (redlock.c): waiters do not queue in Redis; each

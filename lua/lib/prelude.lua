@@ -21,6 +21,16 @@
 --                            more skips its PEXPIRE. Fast paths set it with
 --                            the lifetime they set; every other script that
 --                            sets the header's lifetime deletes it first.
+--                         W  the brokers watching the lock (the `watch`
+--                            op): "\1" NAME, then for each watcher a
+--                            line "\n" CHANNEL "\t" UNTIL (ms). A
+--                            script that changes the holders (a grant, a
+--                            release, a re-entry, a proclaim, a replay)
+--                            publishes "\1" NAME on each CHANNEL whose
+--                            UNTIL has not passed (see tell_watchers);
+--                            the watchers renew their line every second.
+--                            A watched lock never has a solo holder (the
+--                            fast paths, which do not publish, step aside)
 --                         g:ID  (for up to GRAVES ids) a time (ms) until
 --                            which ID, an id that ended (released or
 --                            given back) while a copy of its acquire may
@@ -177,18 +187,22 @@ local SOLO = {'o', 'x', 'c', 'k', 'l', 'e', 'w', 'n', 'r', 'V'}
 
 -- Moves a solo holder (if any, and live) from the header into the model,
 -- drops 'z' (this script may set the header's lifetime), and notes in C.m
--- whether the header says the model is in use. Every script that works on
--- the model with all seven keys starts with this.
--- pre: what acquire's fast path read of the header ({m, o, x, f, z}), so
--- that a call with no solo holder reads nothing again.
+-- whether the header says the model is in use, in C.W its watchers ('W').
+-- Every script that works on the model with all seven keys starts with
+-- this.
+-- pre: what acquire's fast path read of the header ({m, o, x, f, z, ...,
+-- W at 9}), so that a call with no solo holder reads nothing again.
 local function unsolo(K, C, pre)
   if pre and not pre[2] then
     C.m = pre[1] ~= false
+    C.W = pre[9]
     if pre[5] then redis.call('HDEL', K.hd, 'z') end
     return
   end
-  local v = redis.call('HMGET', K.hd, 'm', 'f', 'z', unpack(SOLO))
+  local v = redis.call('HMGET', K.hd, 'm', 'f', 'z', 'W', unpack(SOLO))
   C.m = v[1] ~= false
+  C.W = v[4]
+  table.remove(v, 4)
   local id = v[4]
   if id or v[3] then redis.call('HDEL', K.hd, 'o', 'z') end
   if not id then return end
@@ -393,6 +407,7 @@ end
 -- Makes id a holder (in the model); returns its fence, the lifetime granted
 -- and the ms left of its max hold.
 local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold, value)
+  C.changed = true
   local expiry, deadline = expiry_of(C, ttl, max_hold)
   local fence = next_fence(K, C)
   redis.call('ZADD', K.h, expiry, id)
@@ -566,6 +581,7 @@ local function promote(K, C, list, queue, first)
     end
   end
   if #zadd > 0 then
+    C.changed = true
     redis.call('ZADD', K.h, unpack(zadd))
     redis.call('HSET', K.i, unpack(hset))
     redis.call('HSET', K.hd, 'f', string.format('%.0f', C.fence))
@@ -583,10 +599,51 @@ local function promote(K, C, list, queue, first)
   return out, ngranted, xgranted, #gone - ngranted
 end
 
+-- The watchers of the lock ('W' in the header, w) hear that its holders
+-- changed: "\1" NAME on each channel whose line has not run out. Lines
+-- that ran out are dropped (the field with the last of them).
+local function tell_watchers(hd, w, now_ms)
+  local msg, lines = string.match(w, '^([^\n]*)(.*)$')
+  local live, gone = {}, false
+  for ch, u in string.gmatch(lines, '\n([^\t\n]+)\t(%d+)') do
+    if tonumber(u) > now_ms then
+      redis.call('PUBLISH', ch, msg)
+      live[#live + 1] = '\n' .. ch .. '\t' .. u
+    else
+      gone = true
+    end
+  end
+  if gone and #live == 0 then
+    redis.call('HDEL', hd, 'W')
+  elseif gone then
+    redis.call('HSET', hd, 'W', msg .. table.concat(live))
+  end
+end
+
+-- A watcher's line in 'W' (see the header): channel ch until now + keep
+-- ms, or (keep 0) dropped; the header lives at least that long.
+local function watch_mark(K, C, ch, keep)
+  local lines = {}
+  for c, u in string.gmatch(string.match(C.W or '', '^[^\n]*(.*)$'), '\n([^\t\n]+)\t(%d+)') do
+    if c ~= ch and tonumber(u) > C.now_ms then lines[#lines + 1] = '\n' .. c .. '\t' .. u end
+  end
+  if keep > 0 then lines[#lines + 1] = '\n' .. ch .. '\t' .. (C.now_ms + keep) end
+  if #lines == 0 then
+    if C.W then redis.call('HDEL', K.hd, 'W') end
+    C.W = nil
+    return
+  end
+  C.W = '\1' .. C.name .. table.concat(lines)
+  redis.call('HSET', K.hd, 'W', C.W)
+  if redis.call('PTTL', K.hd) < keep then redis.call('PEXPIRE', K.hd, keep) end
+end
+
 -- The end of every queue-aware script: key lifetimes, the header's 'm'
--- (set while the model holds anyone, so no fast path grants past it), then
--- the reply with the grants for the calling broker appended.
+-- (set while the model holds anyone, so no fast path grants past it), the
+-- watchers told when the holders changed (C.changed), then the reply with
+-- the grants for the calling broker appended.
 local function finish(K, C, reply, granted)
+  if C.changed and C.W then tell_watchers(K.hd, C.W, C.now_ms) end
   local keep = retime(K.h, K.i, K.hd, C.now_ms, C.retention)
   local model = retime_queue(K, C) or keep ~= nil
   if model and not C.m then

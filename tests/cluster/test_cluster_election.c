@@ -44,3 +44,41 @@ CL_TEST(cluster_election, a_leader_on_each_master_publishes_and_proclaims, 60)
 	}
 	lb_end();
 }
+
+/* A watch on a lock of each master (issue 27, point 2): its changes,
+ * made through another broker, come from the master of its slot (the
+ * broker's inbox subscription on every master hears each message once
+ * per master; the one from the slot's master counts), each within a
+ * second. */
+CL_TEST(cluster_election, a_watch_on_each_master_hears_its_changes, 60)
+{
+	lb_broker *a = lb_broker_start_url(cl_seed_url(), NULL), *b = lb_broker_start_url(cl_seed_url(), NULL);
+	lb_client *ca = lb_connect(a, LB_TCP), *cb = lb_connect(b, LB_TCP);
+	int m[CL_MASTERS];
+
+	cl_masters(m);
+	for (int i = 0; i < CL_MASTERS; i++) {
+		char name[32];
+		cl_lock_name(i, 11, name, sizeof(name));
+		json_t *w = lb_call(ca, "{s:s, s:s}", "op", "watch", "lock", name);
+		lb_expect_ok(w);
+		cr_assert_str_eq(lb_str(w, "state"), "free", "%s", lb_dump(w));
+
+		int64_t t0 = lb_now_ms();
+		json_t *g = lb_call(cb, "{s:s, s:s, s:s, s:i}", "op", "acquire", "lock", name, "value", "v",
+		                    "wait_ms", 0);
+		lb_expect_ok(g);
+		json_t *ev = lb_next_event(ca, 1000);
+		cr_assert_not_null(ev, "no `changed` for the grant on master %d", m[i]);
+		cr_assert_str_eq(lb_str(ev, "state"), "exclusive", "%s", lb_dump(ev));
+		cr_assert_eq(lb_int(ev, "fence"), lb_int(g, "fence"));
+		cr_assert_lt(lb_now_ms() - t0, 1000);
+		lb_release(cb, lb_str(g, "lease"));
+		ev = lb_next_event(ca, 1000);
+		cr_assert_not_null(ev, "no `changed` for the release on master %d", m[i]);
+		cr_assert_str_eq(lb_str(ev, "state"), "free", "%s", lb_dump(ev));
+		lb_expect_ok(lb_call(ca, "{s:s, s:s}", "op", "unwatch", "watch", lb_str(w, "watch")));
+		cr_assert_null(lb_next_event(ca, 300), "an event after unwatch");
+	}
+	lb_end();
+}

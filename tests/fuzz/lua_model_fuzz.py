@@ -19,6 +19,7 @@ Usage: lua_model_fuzz.py SOCKET SCRIPTDIR SEED STEPS
 (tests/fuzz/run.sh starts a private Redis and assembles the scripts.)
 Exit 0 and "ok SEED" when clean; 1 and the violation with the lock's keys.
 """
+import re
 import random
 import socket
 import sys
@@ -117,6 +118,8 @@ def check_state(t):
         mh = [(hz[j], int(hz[j+1])) for j in range(0, len(hz), 2) if int(hz[j+1]) > t]
         q = set(r.cmd('ZRANGE', k[3], 0, -1)); w = set((r.cmd('HKEYS', k[4]) or [])); d = set(r.cmd('ZRANGE', k[5], 0, -1))
         if solo and (mh or q): viol.append('solo+model %s %s %s' % (L, mh, q))
+        if solo and 'W' in hd and any(int(u) > t for u in re.findall(r'\t(\d+)', hd['W'])):
+            viol.append('a solo holder on a watched lock %s %r' % (L, hd['W']))
         if not (q == w == d): viol.append('qwd mismatch %s %s %s %s' % (L, q, w, d))
         if (mh or q) and r.cmd('EXISTS', k[2]) and 'm' not in hd: viol.append('model without m %s' % L)
         # header lives past holders
@@ -245,6 +248,11 @@ for step in range(steps):
             ids = [i for i, wv in waiting.items() if wv[0] == L and wv[1] == b] + [i for i, h in held.items() if h['lock'] == L]
             if random.random() < 0.2:
                 r.cmd('EVALSHA', sha['inspect'], 7, *keys7(L)); ids = []
+            elif random.random() < 0.2:
+                # a watcher marks itself (or leaves): the lock leaves the
+                # solo layout while marked (see check_state)
+                keep = random.choice([0, 50, 3000])
+                r.cmd('EVALSHA', sha['inspect'], 7, *keys7(L), *ctx(L, b), 'P:inbox:' + b, keep); ids = []
             if not ids: continue
             id_ = random.choice(ids)
             rep = r.cmd('EVALSHA', sha['withdraw'], 7, *keys7(L), *ctx(L, b), id_)

@@ -521,3 +521,53 @@ HA_TEST(failover, a_proclaim_the_new_master_missed_is_replayed, 150)
 	cr_assert_eq(release_count(a, lease), 0);
 	lb_end();
 }
+
+/* A watch across a failover (issue 27, point 2): the watcher's broker
+ * reads the lock afresh on the new master (one `changed`, its fence not
+ * below the one shown before) and marks itself there again, so the
+ * changes made after the failover reach it as before. */
+HA_TEST(failover, a_watch_follows_the_lock_across_a_failover, 150)
+{
+	const char *url = ha_sentinel_url(NULL);
+	lb_broker *A = lb_broker_start_url(url, NULL), *B = lb_broker_start_url(url, NULL);
+	lb_client *a = lb_connect(A, LB_TCP), *w = lb_connect(B, LB_TCP), *b = lb_connect(B, LB_TCP);
+	int m = ha_master_port(), r = ha_replica_port();
+	json_t *g = grant_when_served(a, "watched-fo", SERVE_AGAIN_MS), *wa, *ev;
+	int64_t fence = lb_int(g, "fence");
+
+	grant_when_served(b, "watched-fo-ready", SERVE_AGAIN_MS); /* B serves too */
+	wa = lb_call(w, "{s:s, s:s}", "op", "watch", "lock", "watched-fo");
+	lb_expect_ok(wa);
+	cr_assert_eq(lb_int(wa, "fence"), fence, "%s", lb_dump(wa));
+	wait_key(r, "lb:{watched-fo}");
+	ha_kill_node(m);
+	ha_wait_failover(m, SERVE_AGAIN_MS);
+	ev = lb_next_event(w, SERVE_AGAIN_MS);
+	cr_assert_not_null(ev, "no fresh `changed` after the failover");
+	cr_assert_str_eq(lb_str(ev, "event"), "changed", "%s", lb_dump(ev));
+	cr_assert_str_eq(lb_str(ev, "watch"), lb_str(wa, "watch"), "%s", lb_dump(ev));
+	cr_assert(json_is_null(json_object_get(ev, "fence")) || lb_int(ev, "fence") >= fence,
+	          "the fence went down: %s", lb_dump(ev));
+
+	/* Served again on the new master: the holder releases, another takes it. */
+	grant_when_served(b, "watched-fo-probe", SERVE_AGAIN_MS);
+	if (strcmp(lb_str(ev, "state"), "exclusive") == 0) {
+		lb_expect_ok(lb_call_timeout(a, 15000, "{s:s, s:s}", "op", "release", "lease",
+		                             lb_str(g, "lease")));
+		do {
+			ev = lb_next_event(w, 3000);
+			cr_assert_not_null(ev, "the release after the failover was not heard");
+		} while (strcmp(lb_str(ev, "state"), "free") != 0);
+	}
+	json_t *g2 = grant_when_served(b, "watched-fo", SERVE_AGAIN_MS);
+	int64_t t0 = lb_now_ms();
+	do {
+		ev = lb_next_event(w, 3000);
+		cr_assert_not_null(ev, "the grant after the failover was not heard");
+	} while (strcmp(lb_str(ev, "state"), "exclusive") != 0);
+	cr_assert_eq(lb_int(ev, "fence"), lb_int(g2, "fence"), "%s", lb_dump(ev));
+	cr_assert_gt(lb_int(g2, "fence"), fence);
+	fprintf(stderr, "ha: a watch after the failover heard a grant %lld ms after it\n",
+	        (long long)(lb_now_ms() - t0));
+	lb_end();
+}

@@ -107,3 +107,39 @@ RL_TEST(redlock_election, a_minority_down_proclaims_and_a_master_restarted_empty
 	cr_assert_str_eq(shown_value(o, name), "v2");
 	lb_end();
 }
+
+/* A watch under --redlock (issue 27, point 2): the changes reach it from
+ * the masters (on the channel every Redlock broker hears), each within a
+ * second; with one master of three down it still hears them. */
+RL_TEST(redlock_election, a_watch_hears_grants_and_releases_with_a_master_down, 60)
+{
+	lb_redis *m[3];
+	const char *name = "rl-watched";
+
+	rl_masters_start(m, 3);
+	lb_broker *a = lb_broker_start_redlock(m, 3, NULL), *b = lb_broker_start_redlock(m, 3, NULL);
+	lb_client *c = lb_connect(a, LB_TCP), *h = lb_connect(b, LB_TCP);
+	json_t *w = lb_call(c, "{s:s, s:s}", "op", "watch", "lock", name);
+
+	lb_expect_ok(w);
+	for (int round = 0; round < 2; round++) {
+		if (round == 1)
+			lb_redis_stop(m[2]);
+		json_t *g = campaign(h, name, round ? "second" : "first");
+		lb_expect_ok(g);
+		json_t *ev;
+		do {
+			ev = lb_next_event(c, 1500);
+			cr_assert_not_null(ev, "no `changed` for the grant (round %d)", round);
+		} while (strcmp(lb_str(ev, "state"), "exclusive") != 0);
+		cr_assert_eq(lb_int(ev, "fence"), lb_int(g, "fence"), "%s", lb_dump(ev));
+		cr_assert_str_eq(lb_str(json_array_get(lb_get(ev, "holders"), 0), "value"),
+		                 round ? "second" : "first");
+		cr_assert_eq(lb_release(h, lb_str(g, "lease")), 0);
+		do {
+			ev = lb_next_event(c, 1500);
+			cr_assert_not_null(ev, "no `changed` for the release (round %d)", round);
+		} while (strcmp(lb_str(ev, "state"), "free") != 0);
+	}
+	lb_end();
+}

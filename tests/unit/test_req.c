@@ -469,7 +469,7 @@ Test(req, every_op_name_is_known)
 {
 	static const char *const names[] = {"hello", "ping", "acquire", "release",
 					    "extend", "cancel", "inspect",
-					    "leases", "stats", "proclaim"};
+					    "leases", "stats", "proclaim", "watch", "unwatch"};
 	char line[64];
 	size_t i;
 	req_t r;

@@ -215,7 +215,7 @@ Test(resp, invalid_utf8_is_masked)
 Test(resp, hello)
 {
 	resp_hello_t h = {"lockbroker/1.0.0", 1, "s-1", "0123456789abcdef",
-	                  {65536, 100, 86400000, 10000, 1000, 1024, 500, 600000}, NULL};
+	                  {65536, 100, 86400000, 10000, 1000, 1024, 500, 600000, 0}, NULL};
 	json_t *v = roundtrip(resp_hello(NULL, &h), NULL), *l;
 
 	keys_are(v, "id", "ok", "server", "proto", "session", "broker", "limits", NULL);
@@ -613,7 +613,7 @@ Test(resp, hello_lists_features)
 {
 	static const char *const features[] = {"value", "proclaim", NULL};
 	resp_hello_t h = {"lockbroker/1.0.0", 1, "s-1", "0123456789abcdef",
-	                  {65536, 100, 86400000, 10000, 1000, 1024, 500, 600000}, features};
+	                  {65536, 100, 86400000, 10000, 1000, 1024, 500, 600000, 1000}, features};
 	json_t *v = roundtrip(resp_hello(NULL, &h), NULL), *f;
 
 	keys_are(v, "id", "ok", "server", "proto", "session", "broker", "limits", "features", NULL);
@@ -621,6 +621,7 @@ Test(resp, hello_lists_features)
 	cr_assert_eq(json_array_size(f), 2);
 	cr_assert_str_eq(json_string_value(json_array_get(f, 0)), "value");
 	cr_assert_str_eq(json_string_value(json_array_get(f, 1)), "proclaim");
+	cr_assert_eq(ival(json_object_get(v, "limits"), "max_watches_per_session"), 1000);
 	json_decref(v);
 }
 
