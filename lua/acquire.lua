@@ -4,8 +4,10 @@
 -- limit (0 for a lock), ttl_ms, owner, client, max_hold_ms (0 = none),
 -- wait ('1': queue when busy; 'r': Redlock, see below), fair ('1'), max_queue,
 -- with 'r' how many acquires of the lock wait on the calling broker, this
--- one included (else any number), and the holder's value ('' none, '=' .. V:
--- see the prelude).
+-- one included (else any number), the holder's value ('' none, '=' .. V:
+-- see the prelude), and its lock delay in ms (0: none; see 'dl' in the
+-- prelude: while the lock is held back, nobody is granted it and the
+-- answer's retry_ms says when that ends).
 -- Returns {1, fence, ttl_ms, hold_ms} granted (hold_ms: ms left of the
 -- max hold, 0 for none); {0, retry_ms} busy (and queued when wait); {-1, 0}
 -- conflict (held or awaited as another kind or limit); {-2, 0} the queue is
@@ -31,12 +33,14 @@
 -- The request is granted as the solo holder: 3 Redis calls, 4 when the
 -- header's lifetime must grow.
 local t = redis.call('TIME')
-local hv = redis.call('HMGET', KEYS[3], 'm', 'o', 'x', 'f', 'z', 'k', 'l', 'g:' .. ARGV[7], 'W')
+local hv = redis.call('HMGET', KEYS[3], 'm', 'o', 'x', 'f', 'z', 'k', 'l', 'g:' .. ARGV[7], 'W',
+                      'dl', 'D', 'Dm')
 -- An id that ended while this copy was on its way (see tombstone in the
 -- prelude): a late copy, whose broker answered long ago. Nothing to do.
 if hv[8] and tonumber(hv[8]) > t[1] * 1000 then return {0, 0} end
--- A watched lock ('W') takes the full path, which tells its watchers.
-if not hv[1] and not hv[9] then
+-- A watched lock ('W') takes the full path, which tells its watchers; so
+-- does one held back ('dl') or whose solo holder has a lock delay ('D').
+if not hv[1] and not hv[9] and not hv[10] and (not hv[2] or (hv[11] or '0') == '0') then
   local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
   -- A try (no wait) against another live solo holder that it cannot join
   -- is answered here, and the holder stays solo: a conflict of kind or
@@ -66,17 +70,19 @@ if not hv[1] and not hv[9] then
     local floor = tonumber(ARGV[6]) or 0
     if floor + 1 > fence then fence = floor + 1 end
     local f = string.format('%.0f', fence)
-    -- The header must live until expiry + retention; when 'z' does not
-    -- promise that, it gets twice that margin, so most grants skip this.
+    -- The header must live until expiry + retention (+ the lock delay:
+    -- see 'Dm' in the prelude); when 'z' does not promise that, it gets
+    -- twice that margin, so most grants skip this.
+    retention = retention + tonumber(ARGV[19] or '0')
     if hv[5] and tonumber(hv[5]) >= expiry + retention then
       redis.call('HSET', KEYS[3], 'f', f, 'o', ARGV[7], 'x', expiry, 'c', '1', 'k', ARGV[8],
                  'l', ARGV[9], 'e', deadline, 'w', ARGV[11], 'n', ARGV[12], 'r', '0',
-                 'V', ARGV[18] or '')
+                 'V', ARGV[18] or '', 'D', ARGV[19] or '0')
     else
       local z = expiry + 2 * retention
       redis.call('HSET', KEYS[3], 'f', f, 'o', ARGV[7], 'x', expiry, 'c', '1', 'k', ARGV[8],
                  'l', ARGV[9], 'e', deadline, 'w', ARGV[11], 'n', ARGV[12], 'r', '0', 'z', z,
-                 'V', ARGV[18] or '')
+                 'V', ARGV[18] or '', 'D', ARGV[19] or '0')
       redis.call('PEXPIRE', KEYS[3], z - now_ms)
     end
     if ARGV[14] == 'r' then -- one of the broker's waiters less
@@ -99,9 +105,10 @@ local ttl, owner, client = tonumber(ARGV[a + 3]), ARGV[a + 4], ARGV[a + 5]
 local max_hold, wait, fair = tonumber(ARGV[a + 6]), ARGV[a + 7] == '1', ARGV[a + 8] == '1'
 local max_queue = tonumber(ARGV[a + 9])
 local value = ARGV[a + 11] or ''
+local delay = tonumber(ARGV[a + 12] or '0')
 
 unsolo(K, C, hv)
-purge(K.h, K.i, C.now_ms)
+purge(K.h, K.i, C.now_ms, K.hd, C)
 purge_waiters(K, C.now_ms)
 
 -- Granted already, by a script whose reply never reached its broker?
@@ -154,7 +161,7 @@ nheld, xheld = nheld + ngranted, xheld or xgranted
 -- A waiter of this id dropped for its heartbeat deadline: its place (see
 -- PLACES in the prelude).
 local place = not queued and tonumber(redis.call('HGET', K.s, 'a:' .. id))
-local may = fits(mode, limit, nheld, xheld)
+local may = fits(mode, limit, nheld, xheld) and not held_back(C)
 if may and fair then
   local head = queue[1]
   if ngranted + ngone > 0 then head = redis.call('ZRANGE', K.q, 0, 0)[1] end
@@ -167,11 +174,11 @@ if place then mark_del(K.s, 'a:', 'al', id) end
 if may then
   if queued then dequeue(K, id, mode) end
   if ARGV[a + 7] == 'r' then redlock_waiting(K, C, tonumber(ARGV[a + 10] or '1') - 1) end
-  local fence, t, hold = grant(K, C, id, mode, limit, ttl, owner, client, max_hold, value)
+  local fence, t, hold = grant(K, C, id, mode, limit, ttl, owner, client, max_hold, value, delay)
   return finish(K, C, {1, fence, t, hold}, granted)
 end
 
-local retry = look_again(C, blocked_for(list, mode, C.now_ms))
+local retry = look_again(C, held_back(C) and 0 or blocked_for(list, mode, C.now_ms))
 if not wait then
   if ARGV[a + 7] == 'r' then
     redis.call('HSET', K.hd, 'v', '1')
@@ -187,7 +194,7 @@ if not queued then
   -- :s may have outlived them, with a 'qz' they never got.
   if nqueued == 0 then redis.call('HDEL', K.s, 'qz') end
   redis.call('ZADD', K.q, place or redis.call('HINCRBY', K.s, 'seq', 1), id)
-  info_set(K.w, id, {mode, limit, ttl, owner, client, max_hold, C.broker, value})
+  info_set(K.w, id, {mode, limit, ttl, owner, client, max_hold, C.broker, value, delay})
   if mode == 'x' then redis.call('HINCRBY', K.s, 'xw', 1) end
 end
 redis.call('ZADD', K.d, C.now_ms + C.heartbeat, id)

@@ -2,7 +2,7 @@
 -- the extend op), never past its max-hold deadline.
 -- KEYS: holders, info, header. ARGV: id, ttl_ms, retention_ms, then for a
 -- retake (a Redlock renewal; else absent) count, seq, fence, owner,
--- client, hold_ms, value: as verify.lua's retake, the lease missing here while
+-- client, hold_ms, value, lock delay ms: as verify.lua's retake, the lease missing here while
 -- nobody holds the lock here (a master restarted empty) is held again
 -- here, for ttl_ms.
 -- Returns {ms, hold_ms}: the lifetime set in ms (-1 when the id holds
@@ -11,7 +11,7 @@
 -- The fast path: a solo holder lives in the header (3 Redis calls, 4 when
 -- the header's lifetime must grow: see 'z' in the prelude); when it is
 -- another id, the model is empty and id holds nothing.
-local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'e', 'z')
+local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'e', 'z', 'D')
 if hv[1] then
   if hv[1] ~= ARGV[1] then return {-1, 0} end
   local t = redis.call('TIME')
@@ -19,7 +19,8 @@ if hv[1] then
   if tonumber(hv[2]) > now_ms then
     local expiry, deadline = now_ms + tonumber(ARGV[2]), tonumber(hv[3])
     if deadline > 0 and deadline < expiry then expiry = deadline end
-    local retention = tonumber(ARGV[3])
+    -- (the header outlives the expiry by the lock delay too: 'Dm')
+    local retention = tonumber(ARGV[3]) + tonumber(hv[5] or '0')
     if hv[4] and tonumber(hv[4]) >= expiry + retention then
       redis.call('HSET', KEYS[3], 'x', expiry)
     else
@@ -41,13 +42,13 @@ local C = {now_ms = now_ms}
 if hv[4] then redis.call('HDEL', hd, 'z') end
 -- No purge of the others: this is the watchdog's hot path, and retime
 -- below only needs the latest expiry.
-local info = live_holder(h, i, id, now_ms)
+local info = live_holder(h, i, id, now_ms, hd)
 if not info then
   retime(h, i, hd, now_ms, retention)
   if ARGV[4] and redis.call('ZCARD', h) == 0 and not redis.call('HGET', hd, 'm') then
     return retake_solo(hd, id, now_ms, ttl, tonumber(ARGV[4]), tonumber(ARGV[5]),
                        tonumber(ARGV[6]), ARGV[7], ARGV[8], tonumber(ARGV[9]), retention,
-                       ARGV[10])
+                       ARGV[10], tonumber(ARGV[11] or '0'))
   end
   return {-1, 0}
 end

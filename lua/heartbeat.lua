@@ -13,7 +13,7 @@ local K = keys_of(KEYS)
 local C, a = context_of(ARGV)
 unsolo(K, C)
 
-purge(K.h, K.i, C.now_ms)
+purge(K.h, K.i, C.now_ms, K.hd, C)
 purge_waiters(K, C.now_ms)
 
 -- Every listed id that still waits gets a new deadline, in one call when

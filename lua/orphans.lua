@@ -14,7 +14,7 @@ local K = keys_of(KEYS)
 local C = context_of(ARGV)
 
 unsolo(K, C)
-purge(K.h, K.i, C.now_ms)
+purge(K.h, K.i, C.now_ms, K.hd, C)
 purge_waiters(K, C.now_ms)
 
 local queue = redis.call('ZRANGE', K.q, 0, -1)

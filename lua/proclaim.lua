@@ -23,7 +23,7 @@ if hv[1] then
 end
 --@prelude
 local now_ms = clock()
-local info = live_holder(KEYS[1], KEYS[2], ARGV[1], now_ms)
+local info = live_holder(KEYS[1], KEYS[2], ARGV[1], now_ms, KEYS[3])
 if not info then return {-1, 0} end
 if info[1] ~= 'x' then return {-2, 0} end
 if seq == 0 or seq > (info[8] or 0) then

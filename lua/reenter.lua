@@ -21,7 +21,7 @@ end
 local h, i = KEYS[1], KEYS[2]
 local id, seq = ARGV[1], tonumber(ARGV[2]) or 0
 local now_ms = clock()
-local info, expiry = live_holder(h, i, id, now_ms)
+local info, expiry = live_holder(h, i, id, now_ms, KEYS[3])
 if not info then return {-1, 0} end
 if seq > 0 and seq <= (info[8] or 0) then return {info[2], expiry - now_ms} end
 info[2] = info[2] + 1

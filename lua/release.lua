@@ -5,7 +5,10 @@
 -- if it ran and nothing after it did, and never the last level; 'G' and
 -- 'g' as '1' and '0', and when the holder is gone afterwards (or was
 -- already) its id is never granted again: see tombstone in the prelude),
--- seq (the op seq, see the prelude; 0: none), undo (with 'u').
+-- seq (the op seq, see the prelude; 0: none), undo (with 'u'; else any),
+-- died ('1': the holder's session or broker died, or it was lost: an end
+-- without a release, so a lock delay holds the lock back, see 'dl' in the
+-- prelude).
 -- Returns {count left (0 = freed), grants...}, or {-1} when the id holds
 -- nothing. A repeat of a call that ran (same seq) returns the count left
 -- and changes nothing.
@@ -13,7 +16,7 @@
 -- The fast path: id is the live solo holder (nobody waits: 3 Redis calls),
 -- or another id is (so the model is empty and id holds nothing).
 local hv = redis.call('HMGET', KEYS[3], 'o', 'x', 'c', 'r', 'v', 'W')
-if hv[1] and not hv[6] and ARGV[8] ~= 'g' and ARGV[8] ~= 'G' then
+if hv[1] and not hv[6] and ARGV[8] ~= 'g' and ARGV[8] ~= 'G' and ARGV[11] ~= '1' then
   if hv[1] ~= ARGV[7] then return {-1} end
   local t = redis.call('TIME')
   if tonumber(hv[2]) > t[1] * 1000 + math.floor(t[2] / 1000) then
@@ -44,9 +47,10 @@ local C, a = context_of(ARGV)
 local id, seq = ARGV[a], tonumber(ARGV[a + 2]) or 0
 local all, grave = ARGV[a + 1] == '1' or ARGV[a + 1] == 'G', ARGV[a + 1] == 'g' or ARGV[a + 1] == 'G'
 local undo = ARGV[a + 1] == 'u' and (tonumber(ARGV[a + 3]) or -1) or nil
+local died = ARGV[a + 4] == '1'
 
 unsolo(K, C)
-purge(K.h, K.i, C.now_ms)
+purge(K.h, K.i, C.now_ms, K.hd, C)
 purge_waiters(K, C.now_ms)
 
 local info = holder_get(K.h, K.i, id)
@@ -65,6 +69,7 @@ if info[2] > 1 and not all then
 end
 redis.call('ZREM', K.h, id)
 redis.call('HDEL', K.i, id)
+if died and (tonumber(info[10]) or 0) > 0 then hold_back(K.hd, C.now_ms + info[10], C.now_ms, C) end
 if grave then tombstone(K, C, id) end
 redlock_wake(K, C)
 return finish(K, C, {0}, promote(K, C))

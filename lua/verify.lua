@@ -3,7 +3,7 @@
 -- restart, a flush, a failover), and, with retake, by a Redlock renewal.
 -- KEYS: holders, info, header. ARGV: id, count, seq, value, then for a
 -- retake (Redlock only, else absent) ttl_ms, fence, owner, client,
--- hold_ms, retention_ms.
+-- hold_ms, retention_ms, lock delay ms.
 -- count, value and seq: the reentrancy count and the value ('' none, see
 -- the prelude) the broker holds the lease at, and the op seq of the last
 -- call that set them (see "op seq" in the prelude; 0: none). A holder
@@ -54,4 +54,5 @@ if ARGV[5] == nil or live_solo or count <= 0 or redis.call('HGET', KEYS[3], 'm')
   return {-1, 0}
 end
 return retake_solo(KEYS[3], ARGV[1], now_ms, tonumber(ARGV[5]), count, seq, tonumber(ARGV[6]),
-                   ARGV[7], ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[4])
+                   ARGV[7], ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[4],
+                   tonumber(ARGV[11] or '0'))

@@ -11,7 +11,7 @@ local C, a = context_of(ARGV)
 unsolo(K, C)
 local id = ARGV[a]
 
-purge(K.h, K.i, C.now_ms)
+purge(K.h, K.i, C.now_ms, K.hd, C)
 purge_waiters(K, C.now_ms)
 
 local status = 0

@@ -136,7 +136,7 @@ static const field_t hello_fields[] = {
 
 /* Indices into acquire_fields, for acquire_finish. */
 enum { A_LOCK, A_MODE, A_LIMIT, A_TTL, A_WAIT, A_WATCHDOG, A_OWNER, A_FAIR,
-       A_DETACH, A_MAX_HOLD, A_VALUE };
+       A_DETACH, A_MAX_HOLD, A_VALUE, A_LOCK_DELAY };
 
 static const field_t acquire_fields[] = {
 	[A_LOCK] = {"lock", F_STR, F_REQUIRED | F_NO_CTRL, 1, REQ_LOCK_MAX_BYTES,
@@ -153,6 +153,7 @@ static const field_t acquire_fields[] = {
 	[A_MAX_HOLD] = {"max_hold_ms", F_INT, 0, REQ_TTL_MIN_MS, REQ_TTL_MAX_MS,
 			U(acquire.max_hold_ms)},
 	[A_VALUE] = {"value", F_STR, 0, 0, REQ_VALUE_MAX_BYTES, U(acquire.value)},
+	[A_LOCK_DELAY] = {"lock_delay_ms", F_INT, 0, 0, REQ_LOCK_DELAY_MAX_MS, U(acquire.lock_delay_ms)},
 };
 
 static const field_t release_fields[] = {

@@ -39,6 +39,7 @@
 #define REQ_LIMIT_MAX 1000000
 #define REQ_VALUE_MAX_BYTES 4096 /* an election's value (acquire, proclaim) */
 #define REQ_WATCH_MAX_BYTES 64   /* a watch's id (unwatch) */
+#define REQ_LOCK_DELAY_MAX_MS 600000
 
 typedef enum req_op {
 	OP_HELLO,
@@ -88,6 +89,7 @@ typedef struct req_acquire {
 	bool detach;         /* default false */
 	int64_t max_hold_ms; /* 0 = absent: no cap */
 	lb_str_t value;      /* absent: ptr NULL; exclusive locks only */
+	int64_t lock_delay_ms; /* 0 = absent: none */
 } req_acquire_t;
 
 typedef struct req_lease {

@@ -330,6 +330,8 @@ static const char *state_name(resp_lock_state_t s)
 		return "shared";
 	case RESP_STATE_SEMAPHORE:
 		return "semaphore";
+	case RESP_STATE_DELAYED:
+		return "delayed";
 	}
 	return "free";
 }
@@ -360,6 +362,8 @@ json_t *resp_lock_state(const resp_inspect_t *in)
 	put(o, "holders", holders);
 	put(o, "waiters", num(in->waiters));
 	put(o, "fence", in->has_fence ? num(in->fence) : json_null());
+	if (in->delay_ms > 0)
+		put(o, "delay_ms", num(in->delay_ms));
 	return o;
 }
 

@@ -91,6 +91,7 @@ typedef enum resp_lock_state {
 	RESP_STATE_EXCLUSIVE,
 	RESP_STATE_SHARED,
 	RESP_STATE_SEMAPHORE,
+	RESP_STATE_DELAYED, /* no holder, and a lock delay holds it back */
 } resp_lock_state_t;
 
 /* One Redlock master in inspect: {"addr", "holds"}: holds is true (it shows
@@ -112,6 +113,7 @@ typedef struct resp_inspect {
 	/* Redlock: what each master showed, "masters" (left out when none). */
 	const struct resp_master_state *masters;
 	size_t nmasters;
+	int64_t delay_ms; /* > 0: how long a lock delay still holds it back ("delay_ms") */
 } resp_inspect_t;
 json_t *resp_inspect(const json_t *id, const resp_inspect_t *in);
 /* What inspect shows of a lock, without id, ok and masters: {"lock",

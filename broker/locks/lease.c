@@ -212,7 +212,7 @@ void lease_note_released(const char *lock, size_t lock_len, const char *token, u
 }
 
 static void release_quietly(const char *lock, size_t lock_len, const char *token, const char *all,
-                            int64_t seq, int64_t undo, uint64_t until, bool unwaited);
+                            int64_t seq, int64_t undo, uint64_t until, bool unwaited, bool died);
 
 size_t lease_release_recent_again(void)
 {
@@ -225,7 +225,7 @@ size_t lease_release_recent_again(void)
 			continue;
 		/* Without WAIT: a burst of them must not hold a connection for
 		 * WAIT each; a grant in a reply is then given back. */
-		release_quietly(e->lock, e->len, e->token, "1", 0, 0, e->until, true);
+		release_quietly(e->lock, e->len, e->token, "1", 0, 0, e->until, true, false);
 		n++;
 	}
 	return n;
@@ -261,8 +261,10 @@ static void on_released_quietly(const redisReply *reply, void *priv)
 /* all: "1" every level, "0" one, "u" the re-entry with op seq undo; "G"
  * every level and the id never granted again (lua/release.lua).
  * unwaited: see lockscript_unwaited. */
+/* died: an end without a release (the session or broker died, the lease
+ * was lost): a lock delay holds the lock back (lua/release.lua). */
 static void release_quietly(const char *lock, size_t lock_len, const char *token, const char *all,
-                            int64_t seq, int64_t undo, uint64_t until, bool unwaited)
+                            int64_t seq, int64_t undo, uint64_t until, bool unwaited, bool died)
 {
 	struct quiet_release *q = xmalloc(sizeof(*q) + lock_len);
 	lockscript_t ls;
@@ -274,8 +276,10 @@ static void release_quietly(const char *lock, size_t lock_len, const char *token
 	lockscript_arg(&ls, token, LEASE_TOKEN_LEN);
 	lockscript_str(&ls, all);
 	lockscript_int(&ls, seq);
-	if (undo > 0)
+	if (undo > 0 || died) {
 		lockscript_int(&ls, undo);
+		lockscript_str(&ls, died ? "1" : "0");
+	}
 	lockscript_retry_until(&ls, until);
 	if (unwaited)
 		lockscript_unwaited(&ls);
@@ -297,7 +301,18 @@ void lease_release_in_redis(const char *lock, size_t lock_len, const char *token
                             bool grave)
 {
 	lease_note_released(lock, lock_len, token, until);
-	release_quietly(lock, lock_len, token, grave ? "G" : "1", 0, 0, until, true);
+	release_quietly(lock, lock_len, token, grave ? "G" : "1", 0, 0, until, true, false);
+}
+
+/* The lease ends without a release: with a lock delay, the lock is held
+ * back (see lease.h). */
+static void lease_end_in_redis(const lease_t *l)
+{
+	uint64_t until = l->expires_at + LEASE_RELEASE_SLACK_MS;
+
+	lease_note_released(l->lock, l->lock_len, l->token, until);
+	release_quietly(l->lock, l->lock_len, l->token, l->uncertain ? "G" : "1", 0, 0, until, true,
+	                l->lock_delay_ms > 0);
 }
 
 void lease_undo_reentry_in_redis(lease_t *l, int64_t reentry_seq, uint64_t until)
@@ -307,7 +322,7 @@ void lease_undo_reentry_in_redis(lease_t *l, int64_t reentry_seq, uint64_t until
 	/* The count as of the undo is the one held before the re-entry:
 	 * what a check after a failover replays where the undo was lost. */
 	lease_set_count(l, l->count, seq);
-	release_quietly(l->lock, l->lock_len, l->token, "u", seq, reentry_seq, until, true);
+	release_quietly(l->lock, l->lock_len, l->token, "u", seq, reentry_seq, until, true, false);
 }
 
 static bool ring_match(const htab_node_t *n, const void *key)
@@ -412,9 +427,13 @@ void lease_lost(lease_t *l, const char *reason)
 	counters_lost(reason);
 	client_send(s, resp_event_lost(l->token, (lb_str_t){l->lock, l->lock_len}, reason));
 	ring_add(&lost, l->token, reason_const(reason));
-	if (strcmp(reason, "gone") != 0)
+	/* max_hold: the broker releases it itself (no lock delay); any other
+	 * loss is an end without a release. */
+	if (strcmp(reason, "max_hold") == 0)
 		lease_release_in_redis(l->lock, l->lock_len, l->token,
 		                       l->expires_at + LEASE_RELEASE_SLACK_MS, l->uncertain);
+	else if (strcmp(reason, "gone") != 0)
+		lease_end_in_redis(l);
 	lease_free(l);
 }
 
@@ -426,8 +445,7 @@ void lease_drop(lease_t *l)
 
 void lease_release_now(lease_t *l)
 {
-	lease_release_in_redis(l->lock, l->lock_len, l->token, l->expires_at + LEASE_RELEASE_SLACK_MS,
-	                       l->uncertain);
+	lease_end_in_redis(l);
 	lease_drop(l);
 }
 

@@ -56,6 +56,10 @@ typedef struct lease {
 	char *value;
 	size_t value_len;
 	int64_t value_seq;
+	/* acquire's lock_delay_ms: when the lease ends without a release (its
+	 * session ends, it is lost but by max_hold), nobody is granted the
+	 * lock for this long (lua/release.lua's died) */
+	int64_t lock_delay_ms;
 	int64_t ttl_ms; /* lifetime the watchdog renews to */
 	int64_t count;  /* reentrancy count */
 	int64_t opseq;      /* the last op seq sent (release, reenter): see
@@ -113,7 +117,8 @@ void lease_lost(lease_t *l, const char *reason);
 /* The lease ended normally (released); frees it. */
 void lease_drop(lease_t *l);
 /* Releases every reentrancy level in Redis without waiting for the answer,
- * then frees the lease (session end, shutdown). */
+ * then frees the lease (session end, shutdown): an end without a release
+ * (a lock delay holds the lock back). */
 void lease_release_now(lease_t *l);
 
 /* Grants for this broker's waiters found in the reply of a quiet release

@@ -477,16 +477,17 @@ static bool reply_str(const redisReply *e, lb_str_t *out)
 bool lockops_read_inspect(const redisReply *r, resp_inspect_t *in)
 {
 	resp_holder_t *holders = NULL;
-	int64_t limit, waiters;
+	int64_t limit, waiters, delay;
 	size_t n;
 
 	in->state = RESP_STATE_FREE;
 	in->holders = NULL;
 	in->nholders = 0;
 	if (!opctx_reply_int(r, 0, &limit) || !opctx_reply_int(r, 2, &waiters) ||
-	    (r->elements - 3) % INSPECT_HOLDER_WIDTH != 0)
+	    !opctx_reply_int(r, 3, &delay) || (r->elements - INSPECT_HEAD) % INSPECT_HOLDER_WIDTH != 0)
 		return false;
-	n = (r->elements - 3) / INSPECT_HOLDER_WIDTH;
+	n = (r->elements - INSPECT_HEAD) / INSPECT_HOLDER_WIDTH;
+	in->delay_ms = delay > 0 ? delay : 0;
 	in->has_fence = false;
 	if (r->element[1]->type == REDIS_REPLY_STRING) {
 		in->has_fence = true;
@@ -497,7 +498,7 @@ bool lockops_read_inspect(const redisReply *r, resp_inspect_t *in)
 	holders = n ? xcalloc(n, sizeof(*holders)) : NULL;
 	for (size_t k = 0; k < n; k++) {
 		const redisReply *const *e =
-		    (const redisReply *const *)&r->element[3 + INSPECT_HOLDER_WIDTH * k];
+		    (const redisReply *const *)&r->element[INSPECT_HEAD + INSPECT_HOLDER_WIDTH * k];
 		lb_str_t mode, value;
 		if (!reply_str(e[0], &mode) || mode.len != 1 || e[1]->type != REDIS_REPLY_INTEGER ||
 		    e[2]->type != REDIS_REPLY_INTEGER || !reply_str(e[3], &holders[k].owner) ||
@@ -518,6 +519,8 @@ bool lockops_read_inspect(const redisReply *r, resp_inspect_t *in)
 		else if (in->state == RESP_STATE_FREE)
 			in->state = holders[k].mode == LB_MODE_PERMIT ? RESP_STATE_SEMAPHORE : RESP_STATE_SHARED;
 	}
+	if (n == 0 && in->delay_ms > 0)
+		in->state = RESP_STATE_DELAYED;
 	in->limit = limit;
 	in->holders = holders;
 	in->nholders = n;

@@ -148,6 +148,7 @@ static waiter_t *waiter_new(client_t *s, const json_t *id, const req_acquire_t *
 	w->limit = a->limit;
 	w->ttl_ms = ttl_ms;
 	w->max_hold_ms = a->max_hold_ms;
+	w->lock_delay_ms = a->lock_delay_ms;
 	w->wait = a->wait_ms != 0;
 	w->watchdog = a->watchdog;
 	w->detach = a->detach;

@@ -128,6 +128,7 @@ struct waiter {
 	int64_t limit;
 	int64_t ttl_ms;
 	int64_t max_hold_ms;
+	int64_t lock_delay_ms;
 	bool wait;
 	bool watchdog;
 	bool detach;

@@ -133,6 +133,7 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 		              w->ttl_ms, w->watchdog);
 		l->uncertain = w->uncertain;
 		lease_set_value(l, w->value, w->value_len, 0);
+		l->lock_delay_ms = w->lock_delay_ms;
 		watchdog_start(l, sent_at, ttl_granted, hold_ms);
 	} else {
 		lease_note_detached_grant(w->id); /* in no table: see waitq_take_grants */
@@ -579,6 +580,7 @@ void wq_waiter_send_now(waiter_t *w)
 		else
 			lockscript_str(&ls, "1"); /* read with 'r' only */
 		lockscript_arg(&ls, w->value ? w->value : "", w->value_len);
+		lockscript_int(&ls, w->lock_delay_ms);
 		/* A try is repeatable (the script knows its id): after a lost
 		 * reply it is sent again for a while. A waiting acquire is
 		 * resent by its lock's heartbeat instead. */

@@ -231,11 +231,13 @@ static json_t *comparable(const json_t *state)
 }
 
 /* When to read again: the safety net, or just after the first holder's
- * TTL runs out (nobody tells of an expiry). */
+ * TTL or the lock delay runs out (nobody tells of either). */
 static uint64_t next_read(const resp_inspect_t *in, uint64_t now)
 {
 	uint64_t at = now + WATCH_SAFETY_MS;
 
+	if (in->delay_ms > 0 && now + (uint64_t)in->delay_ms + 5 < at)
+		at = now + (uint64_t)in->delay_ms + 5;
 	for (size_t k = 0; k < in->nholders; k++) {
 		int64_t t = in->holders[k].ttl_ms;
 		if (t >= 0 && now + (uint64_t)t + 5 < at)

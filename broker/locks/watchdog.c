@@ -164,6 +164,7 @@ static void renew(lease_t *l, uint64_t now)
 		lockscript_int(&ls, lease_state_seq(l));
 		retake_args(&ls, l, now);
 		value_arg(&ls, l);
+		lockscript_int(&ls, l->lock_delay_ms);
 	}
 	/* Worth waiting for (a slot on the move) until the lease ends here. */
 	lockscript_deadline(&ls, l->expires_at);
@@ -239,6 +240,7 @@ static void verify(lease_t *l, void *arg)
 		lockscript_int(&ls, (int64_t)(l->expires_at - r->sent_at));
 		retake_args(&ls, l, r->sent_at);
 		lockscript_str(&ls, LB_FENCE_RETENTION_STR);
+		lockscript_int(&ls, l->lock_delay_ms);
 	}
 	if (V.gated) /* resent on a lost connection, while the pool waits */
 		lockscript_retry_until(&ls, r->sent_at + VERIFY_RESEND_MS);

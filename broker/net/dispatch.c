@@ -91,7 +91,7 @@ static const struct op_def {
 
 /* What hello's "features" lists: the additions to protocol version 1
  * this broker serves (PROTOCOL.md, "Coordination beyond the mutex"). */
-static const char *const features[] = {"value", "proclaim", "watch", NULL};
+static const char *const features[] = {"value", "proclaim", "watch", "lock_delay", NULL};
 
 /* op must wait until nothing of the session is in flight. */
 static bool waits_for_inflight(req_op_t op)

@@ -23,8 +23,10 @@
 #define LOCK_NKEYS 7      /* holders, info, header, queue, waiters, deadlines, seq */
 #define LOCK_NKEYS_HOLDER 3 /* holders, info, header: scripts that touch no queue */
 #define LOCKSCRIPT_INLINE_ARGS 32
-/* lua/inspect.lua's reply: limit, fence, waiters, then this many values
- * per holder (mode, ttl, count, owner, client, value). */
+/* lua/inspect.lua's reply: INSPECT_HEAD values (limit, fence, waiters,
+ * delay_ms), then INSPECT_HOLDER_WIDTH per holder (mode, ttl, count,
+ * owner, client, value). */
+#define INSPECT_HEAD 4
 #define INSPECT_HOLDER_WIDTH 6
 /* Waiters stop heartbeating when their broker dies; Redis drops them this
  * long after the last heartbeat. The safety net heartbeats every second. */

@@ -418,8 +418,8 @@ static void merge_count(rl_call_t *c, bool timed_out)
 
 /* ---- inspect: the holder a quorum shows ---------------------------------- */
 
-/* inspect.lua: {limit, fence (a string) or false, waiters, then
- * INSPECT_HOLDER_WIDTH per holder}. What each master showed is kept for store_inspect_masters. */
+/* inspect.lua: {limit, fence (a string) or false, waiters, delay_ms, then
+ * INSPECT_HOLDER_WIDTH per holder: H is where the first begins}. What each master showed is kept for store_inspect_masters. */
 static int64_t inspect_fence(const redisReply *r)
 {
 	const redisReply *f = r->element[1];
@@ -427,12 +427,14 @@ static int64_t inspect_fence(const redisReply *r)
 	return f->type == REDIS_REPLY_STRING ? strtoll(f->str, NULL, 10) : -1;
 }
 
+#define H INSPECT_HEAD
+
 static bool holder_shown(const redisReply *r)
 {
-	return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3 + INSPECT_HOLDER_WIDTH &&
-	       (r->elements - 3) % INSPECT_HOLDER_WIDTH == 0 &&
-	       r->element[4]->type == REDIS_REPLY_INTEGER && r->element[6]->type == REDIS_REPLY_STRING &&
-	       r->element[7]->type == REDIS_REPLY_STRING;
+	return r && r->type == REDIS_REPLY_ARRAY && r->elements >= H + INSPECT_HOLDER_WIDTH &&
+	       (r->elements - H) % INSPECT_HOLDER_WIDTH == 0 &&
+	       r->element[H + 1]->type == REDIS_REPLY_INTEGER &&
+	       r->element[H + 3]->type == REDIS_REPLY_STRING && r->element[H + 4]->type == REDIS_REPLY_STRING;
 }
 
 static bool same_str(const redisReply *a, const redisReply *b)
@@ -443,7 +445,7 @@ static bool same_str(const redisReply *a, const redisReply *b)
 /* The first holder of two inspect replies: the same owner and client. */
 static bool same_holder(const redisReply *a, const redisReply *b)
 {
-	return same_str(a->element[6], b->element[6]) && same_str(a->element[7], b->element[7]);
+	return same_str(a->element[H + 3], b->element[H + 3]) && same_str(a->element[H + 4], b->element[H + 4]);
 }
 
 /* The holder's value (its first holder's, element 8) that a quorum of
@@ -451,7 +453,7 @@ static bool same_holder(const redisReply *a, const redisReply *b)
  * that reached a minority only (answered unavailable) shows nowhere. */
 static void agreed_value(rl_call_t *c, int pick)
 {
-	const int v = 3 + INSPECT_HOLDER_WIDTH - 1;
+	const int v = H + INSPECT_HOLDER_WIDTH - 1;
 
 	for (int i = 0; i < c->n; i++) {
 		int same = 0;
@@ -481,6 +483,7 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 	int answered = count_state(c, LEG_OK), pending = count_state(c, LEG_PENDING);
 	int holding = 0, pick = -1, any = -1;
 	int64_t fence = -1, held_fence[REDLOCK_MASTERS_MAX], waiters = 0;
+	int64_t delay[REDLOCK_MASTERS_MAX] = {0};
 	char fs[24];
 
 	if (pending > 0 && !timed_out) {
@@ -491,9 +494,11 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 	for (int i = 0; i < c->n; i++) {
 		const redisReply *r = c->copy[i];
 		R.inspected[i] = -1;
-		if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
-		    (r->elements - 3) % INSPECT_HOLDER_WIDTH != 0)
+		if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < H ||
+		    (r->elements - H) % INSPECT_HOLDER_WIDTH != 0)
 			continue;
+		if (r->element[3]->type == REDIS_REPLY_INTEGER)
+			delay[i] = r->element[3]->integer;
 		if (inspect_fence(r) > fence)
 			fence = inspect_fence(r);
 		/* Each broker counts its waiters on every master its rounds
@@ -501,7 +506,7 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 		if (r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer > waiters)
 			waiters = r->element[2]->integer;
 		any = any < 0 ? i : any;
-		R.inspected[i] = r->elements >= 3 + INSPECT_HOLDER_WIDTH;
+		R.inspected[i] = r->elements >= H + INSPECT_HOLDER_WIDTH;
 	}
 	/* The holder (owner, client) the most masters show; the shortest
 	 * life among them. Masters that show another (a lost round's grant
@@ -513,7 +518,7 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 		for (int j = 0; j < c->n; j++)
 			same += holder_shown(c->copy[j]) && same_holder(c->copy[i], c->copy[j]);
 		if (same > holding || (same == holding && pick >= 0 && same_holder(c->copy[i], c->copy[pick]) &&
-		                       c->copy[i]->element[4]->integer < c->copy[pick]->element[4]->integer)) {
+		                       c->copy[i]->element[H + 1]->integer < c->copy[pick]->element[H + 1]->integer)) {
 			holding = same;
 			pick = i;
 		}
@@ -528,10 +533,11 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 	snprintf(fs, sizeof(fs), "%lld", (long long)fence);
 	R.inspecting = true;
 	if (holding < c->quorum) {
-		/* Held nowhere, or on too few masters to count. */
+		/* Held nowhere, or on too few masters to count; held back by a
+		 * lock delay as long as a quorum of masters holds it back. */
 		int_reply_t b;
 		redisReply f = {.type = REDIS_REPLY_NIL};
-		const redisReply *out = ints(&b, 3, 0, 0, waiters, 0);
+		const redisReply *out = ints(&b, H, 0, 0, waiters, kth_largest(delay, c->n, c->quorum));
 
 		if (fence >= 0)
 			f = (redisReply){.type = REDIS_REPLY_STRING, .str = fs, .len = strlen(fs)};
@@ -563,6 +569,8 @@ static void merge_inspect(rl_call_t *c, bool timed_out)
 	}
 	R.inspecting = false;
 }
+
+#undef H
 
 /* ---- lease_index and the rest -------------------------------------------- */
 

@@ -11,7 +11,8 @@
 --   1 P{NAME}:h  zset   holder id -> expiry, Redis time in ms
 --   2 P{NAME}:i  hash   holder id -> cmsgpack {mode, count, max-hold
 --                       deadline ms or 0, owner, client, limit, fence,
---                       op seq (absent: 0), value (absent: '')}
+--                       op seq (absent: 0), value (absent: ''), lock
+--                       delay ms (absent: 0)}
 --   3 P{NAME}    hash   the lock's header:
 --                         f  the last fencing token issued
 --                         m  '1' while the full model (keys 1, 2, 4-7) is
@@ -37,14 +38,30 @@
 --                            still be on its way (its reply was lost),
 --                            is never granted again; gl lists those ids
 --                            (see tombstone)
---                         o, x, c, k, l, e, w, n, r, V  the solo holder:
---                            id, expiry ms, count, mode, limit, max-hold
---                            deadline ms or 0, owner, client, op seq,
---                            value; only 'o' says there is one (the
---                            others may be stale)
+--                         o, x, c, k, l, e, w, n, r, V, D  the solo
+--                            holder: id, expiry ms, count, mode, limit,
+--                            max-hold deadline ms or 0, owner, client, op
+--                            seq, value, lock delay ms; only 'o' says
+--                            there is one (the others may be stale)
+--                         dl  the lock is held back from every new holder
+--                            until this time (ms): a holder with a lock
+--                            delay ended without a release (its TTL ran
+--                            out, its session or broker died, it was
+--                            lost) at dl - its delay (see hold_back). The
+--                            header lives at least until dl. A header
+--                            with 'dl' takes the full path; the first
+--                            script there after dl drops it
+--                         Dm  the longest lock delay of the model's
+--                            holders (absent: none): the holder keys and
+--                            the header outlive the last expiry by it, so
+--                            a holder that ends by its TTL is still there
+--                            for the script that finds it ended (purge);
+--                            a solo holder's header outlives its expiry by
+--                            its 'D' so
 --   4 P{NAME}:q  zset   waiter id -> arrival number (the FIFO queue)
 --   5 P{NAME}:w  hash   waiter id -> cmsgpack {mode, limit, ttl, owner,
---                       client, max-hold ms, broker id, value}
+--                       client, max-hold ms, broker id, value, lock
+--                       delay ms}
 --   6 P{NAME}:d  zset   waiter id -> heartbeat deadline, Redis time in ms
 --   7 P{NAME}:s  hash   'seq' last arrival number, 'xw' exclusive waiters,
 --                       'wk:'B when broker B was last woken (ms), 'dx:'B
@@ -156,34 +173,88 @@ local function info_set(i, id, info)
   redis.call('HSET', i, id, cmsgpack.pack(info))
 end
 
-local function purge(h, i, now_ms)
-  local dead = redis.call('ZRANGEBYSCORE', h, '-inf', now_ms)
-  if #dead > 0 then
-    redis.call('ZREMRANGEBYSCORE', h, '-inf', now_ms)
-    unpack_all(dead, function(...) redis.call('HDEL', i, ...) end)
+-- A holder with a lock delay that ended without a release holds the lock
+-- back from new holders until until_ms (see 'dl' in the header). C, when
+-- given, learns the time (C.dl) and that the holders changed.
+local function hold_back(hd, until_ms, now_ms, C)
+  if C then C.changed = true end
+  if until_ms <= now_ms then return end
+  local dl = tonumber(redis.call('HGET', hd, 'dl') or '0')
+  if until_ms > dl then
+    redis.call('HSET', hd, 'dl', until_ms)
+    if redis.call('PTTL', hd) < until_ms - now_ms then redis.call('PEXPIRE', hd, until_ms - now_ms) end
+    dl = until_ms
   end
+  if C and (not C.dl or dl > C.dl) then C.dl = dl end
+end
+
+-- How long a holder that ended at expiry holds the lock back: its lock
+-- delay, unless it ended at its max-hold deadline (max_hold_ms frees the
+-- lock at once, as a release does).
+local function delay_of(delay, deadline, expiry)
+  delay, deadline = tonumber(delay) or 0, tonumber(deadline) or 0
+  if deadline > 0 and expiry >= deadline then return 0 end
+  return delay
+end
+
+-- Drops the holders whose expiry passed; one with a lock delay holds the
+-- lock back from its expiry on (hold_back; hd, C as there).
+local function purge(h, i, now_ms, hd, C)
+  local dead = redis.call('ZRANGEBYSCORE', h, '-inf', now_ms, 'WITHSCORES')
+  if #dead == 0 then return end
+  local ids, until_ms = {}, 0
+  for n = 1, #dead, 2 do ids[#ids + 1] = dead[n] end
+  if hd then
+    for n = 1, #ids, 1000 do
+      local infos = redis.call('HMGET', i, unpack(ids, n, math.min(n + 999, #ids)))
+      for k = 1, #infos do
+        local info = infos[k] and cmsgpack.unpack(infos[k])
+        local e = tonumber(dead[2 * (n + k - 1)])
+        local d = info and delay_of(info[10], info[3], e) or 0
+        if d > 0 and e + d > until_ms then until_ms = e + d end
+      end
+    end
+  end
+  redis.call('ZREMRANGEBYSCORE', h, '-inf', now_ms)
+  unpack_all(ids, function(...) redis.call('HDEL', i, ...) end)
+  if C then C.changed = true end
+  if until_ms > 0 then hold_back(hd, until_ms, now_ms, C) end
 end
 
 -- Sets the holder keys' lifetimes from the latest expiry, the header's a
 -- retention margin longer; with no holder left only the header survives,
 -- for the retention margin. Returns the ms the holders keep, nil for none.
 -- Never called while a solo holder lives in the header (see unsolo).
-local function retime(h, i, hd, now_ms, retention)
+-- The header lives at least until 'dl', and every key a 'Dm' longer (dl,
+-- dm: their values, false for none; dl nil: both read here).
+local function retime(h, i, hd, now_ms, retention, dl, dm)
   local top = redis.call('ZRANGE', h, -1, -1, 'WITHSCORES')
+  if dl == nil then dl, dm = unpack(redis.call('HMGET', hd, 'dl', 'Dm')) end
+  local floor = dl and tonumber(dl) - now_ms or 0
+  local linger = dm and tonumber(dm) or 0
   if #top == 0 then
     redis.call('DEL', h, i)
-    redis.call('PEXPIRE', hd, retention)
+    if dm then redis.call('HDEL', hd, 'Dm') end
+    redis.call('PEXPIRE', hd, math.max(retention, floor))
     return nil
   end
   local keep = tonumber(top[2]) - now_ms
-  redis.call('PEXPIRE', h, keep)
-  redis.call('PEXPIRE', i, keep)
-  redis.call('PEXPIRE', hd, keep + retention)
+  redis.call('PEXPIRE', h, keep + linger)
+  redis.call('PEXPIRE', i, keep + linger)
+  redis.call('PEXPIRE', hd, math.max(keep + retention + linger, floor))
   return keep
 end
 
+-- A holder with a lock delay joins the model: 'Dm' covers it.
+local function note_delay(hd, C, delay)
+  if delay and delay > 0 and delay > (C.Dm or 0) then
+    redis.call('HSET', hd, 'Dm', delay)
+    C.Dm = delay
+  end
+end
+
 -- The solo holder's fields in the header, in HMGET order.
-local SOLO = {'o', 'x', 'c', 'k', 'l', 'e', 'w', 'n', 'r', 'V'}
+local SOLO = {'o', 'x', 'c', 'k', 'l', 'e', 'w', 'n', 'r', 'V', 'D'}
 
 -- Moves a solo holder (if any, and live) from the header into the model,
 -- drops 'z' (this script may set the header's lifetime), and notes in C.m
@@ -192,27 +263,52 @@ local SOLO = {'o', 'x', 'c', 'k', 'l', 'e', 'w', 'n', 'r', 'V'}
 -- this.
 -- pre: what acquire's fast path read of the header ({m, o, x, f, z, ...,
 -- W at 9}), so that a call with no solo holder reads nothing again.
+-- C.dl: the 'dl' that has not passed yet (one that has is dropped).
 local function unsolo(K, C, pre)
+  local v
   if pre and not pre[2] then
     C.m = pre[1] ~= false
     C.W = pre[9]
+    C.dl = tonumber(pre[10])
+    C.Dm = tonumber(pre[12])
     if pre[5] then redis.call('HDEL', K.hd, 'z') end
-    return
+  else
+    v = redis.call('HMGET', K.hd, 'm', 'f', 'z', 'W', 'dl', 'Dm', unpack(SOLO))
+    C.m = v[1] ~= false
+    C.W = v[4]
+    C.dl = tonumber(v[5])
+    C.Dm = tonumber(v[6])
+    table.remove(v, 6)
+    table.remove(v, 5)
+    table.remove(v, 4)
   end
-  local v = redis.call('HMGET', K.hd, 'm', 'f', 'z', 'W', unpack(SOLO))
-  C.m = v[1] ~= false
-  C.W = v[4]
-  table.remove(v, 4)
+  if C.dl and C.dl <= C.now_ms then
+    redis.call('HDEL', K.hd, 'dl')
+    C.dl = nil
+  end
+  if not v then return end
   local id = v[4]
   if id or v[3] then redis.call('HDEL', K.hd, 'o', 'z') end
   if not id then return end
   local expiry = tonumber(v[5])
-  if expiry <= C.now_ms then return end
+  if expiry <= C.now_ms then
+    -- it ended by its TTL: with a lock delay, the lock is held back
+    local d = delay_of(v[14], v[9], expiry)
+    if d > 0 then hold_back(K.hd, expiry + d, C.now_ms, C) end
+    return
+  end
   redis.call('ZADD', K.h, expiry, id)
-  -- {mode, count, deadline, owner, client, limit, fence, seq, value}
+  note_delay(K.hd, C, tonumber(v[14] or '0'))
+  -- {mode, count, deadline, owner, client, limit, fence, seq, value, delay}
   redis.call('HSET', K.i, id, cmsgpack.pack({v[7], tonumber(v[6]), tonumber(v[9]), v[10],
                                              v[11], tonumber(v[8]), tonumber(v[2]),
-                                             tonumber(v[12] or '0'), v[13] or ''}))
+                                             tonumber(v[12] or '0'), v[13] or '',
+                                             tonumber(v[14] or '0')}))
+end
+
+-- Whether the lock is held back now (see 'dl'): nobody may be granted it.
+local function held_back(C)
+  return C.dl ~= nil and C.dl > C.now_ms
 end
 
 -- A holder exists only when both its expiry and its info do. Half of one
@@ -229,11 +325,14 @@ end
 
 -- holder_get for a holder that must also still be live: an expired one is
 -- removed and counts as not held, as if a purge had run first.
-local function live_holder(h, i, id, now_ms)
+-- hd: the header, told of a lock delay (hold_back).
+local function live_holder(h, i, id, now_ms, hd)
   local info, expiry = holder_get(h, i, id)
   if info and expiry <= now_ms then
     redis.call('ZREM', h, id)
     redis.call('HDEL', i, id)
+    local d = delay_of(info[10], info[3], expiry)
+    if d > 0 then hold_back(hd, expiry + d, now_ms) end
     return nil
   end
   return info, expiry
@@ -406,12 +505,13 @@ end
 
 -- Makes id a holder (in the model); returns its fence, the lifetime granted
 -- and the ms left of its max hold.
-local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold, value)
+local function grant(K, C, id, mode, limit, ttl, owner, client, max_hold, value, delay)
   C.changed = true
   local expiry, deadline = expiry_of(C, ttl, max_hold)
   local fence = next_fence(K, C)
   redis.call('ZADD', K.h, expiry, id)
-  info_set(K.i, id, {mode, 1, deadline, owner, client, limit, fence, 0, value})
+  note_delay(K.hd, C, delay)
+  info_set(K.i, id, {mode, 1, deadline, owner, client, limit, fence, 0, value, delay})
   redis.call('HSET', K.hd, 'f', string.format('%.0f', fence))
   return fence, expiry - C.now_ms, hold_left(C, deadline)
 end
@@ -424,7 +524,7 @@ end
 -- (the header's is raised to it, never lowered) and value. Returns {ms,
 -- hold_ms} as extend does.
 local function retake_solo(hd, id, now_ms, ttl, count, seq, fence, owner, client, hold, retention,
-                           value)
+                           value, delay)
   local expiry, deadline = now_ms + ttl, 0
   if hold > 0 then
     deadline = now_ms + hold
@@ -432,10 +532,10 @@ local function retake_solo(hd, id, now_ms, ttl, count, seq, fence, owner, client
   end
   local last = tonumber(redis.call('HGET', hd, 'f') or '0')
   if fence < last then fence = last end
-  local z = expiry + 2 * retention
+  local z = expiry + 2 * retention + (delay or 0)
   redis.call('HSET', hd, 'f', string.format('%.0f', fence), 'o', id, 'x', expiry, 'c', count,
              'k', 'x', 'l', '0', 'e', deadline, 'w', owner, 'n', client, 'r', seq, 'z', z,
-             'V', value or '')
+             'V', value or '', 'D', delay or 0)
   redis.call('PEXPIRE', hd, z - now_ms)
   return {expiry - now_ms, deadline > 0 and deadline - now_ms or 0}
 end
@@ -516,6 +616,9 @@ local QPAGE = 32
 -- then how many were granted, whether one of them is exclusive, and how
 -- many waiters were dropped (their info missing, their broker deaf).
 local function promote(K, C, list, queue, first)
+  -- Held back (a lock delay): nobody is granted or woken; the waiters'
+  -- brokers look again when it ends (look_again).
+  if held_back(C) then return {}, 0, false, 0 end
   local out, woken = {}, {}
   local nheld, xheld = count_holders(list or holders(K.h, K.i))
   queue = queue or redis.call('ZRANGE', K.q, 0, QPAGE - 1)
@@ -558,7 +661,8 @@ local function promote(K, C, list, queue, first)
           zadd[#zadd + 1] = id
           hset[#hset + 1] = id
           hset[#hset + 1] = cmsgpack.pack({wi[1], 1, deadline, wi[4], wi[5], wi[2], fence, 0,
-                                           wi[8] or ''})
+                                           wi[8] or '', wi[9] or 0})
+          note_delay(K.hd, C, wi[9])
           gone[#gone + 1] = id
           if wi[1] == 'x' then xgone = xgone + 1; xgranted = true end
           ngranted = ngranted + 1
@@ -644,7 +748,7 @@ end
 -- the grants for the calling broker appended.
 local function finish(K, C, reply, granted)
   if C.changed and C.W then tell_watchers(K.hd, C.W, C.now_ms) end
-  local keep = retime(K.h, K.i, K.hd, C.now_ms, C.retention)
+  local keep = retime(K.h, K.i, K.hd, C.now_ms, C.retention, C.dl or false, C.Dm or false)
   local model = retime_queue(K, C) or keep ~= nil
   if model and not C.m then
     redis.call('HSET', K.hd, 'm', '1')
@@ -660,6 +764,7 @@ end
 -- deaf broker's grace ends (C.look_at), or sooner when holding_ms (the
 -- holders' expiry, 0 for none) comes first.
 local function look_again(C, holding_ms)
+  if held_back(C) and C.dl - C.now_ms > holding_ms then holding_ms = C.dl - C.now_ms end
   if not C.look_at then return holding_ms end
   local l = math.max(C.look_at - C.now_ms, 1)
   if holding_ms > 0 and holding_ms < l then return holding_ms end

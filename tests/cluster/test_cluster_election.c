@@ -82,3 +82,33 @@ CL_TEST(cluster_election, a_watch_on_each_master_hears_its_changes, 60)
 	}
 	lb_end();
 }
+
+/* Lock-delay on the Cluster (issue 27, point 3): on each master, a holder
+ * whose session ends holds its lock back for its delay; a waiter on the
+ * other broker is granted when it ends. */
+CL_TEST(cluster_election, a_lock_delay_holds_on_each_master, 60)
+{
+	lb_broker *a = lb_broker_start_url(cl_seed_url(), NULL), *b = lb_broker_start_url(cl_seed_url(), NULL);
+	lb_client *w = lb_connect(b, LB_TCP);
+	int m[CL_MASTERS];
+
+	cl_masters(m);
+	for (int i = 0; i < CL_MASTERS; i++) {
+		char name[32];
+		lb_client *h = lb_connect(a, LB_TCP);
+		cl_lock_name(i, 13, name, sizeof(name));
+		lb_expect_ok(lb_call(h, "{s:s, s:s, s:i, s:i, s:i}", "op", "acquire", "lock", name, "ttl_ms",
+		                     30000, "wait_ms", 0, "lock_delay_ms", 800));
+		json_t *id = lb_send_req(w, "{s:s, s:s, s:i}", "op", "acquire", "lock", name, "ttl_ms", 30000);
+		lb_sleep_ms(200);
+		int64_t t0 = lb_now_ms();
+		lb_close(h);
+		json_t *g = lb_wait_response(w, id, 6000);
+		int64_t took = lb_now_ms() - t0;
+		lb_expect_ok(g);
+		cr_assert(took >= 700 && took < 800 + 1500, "master %d: granted %lld ms after the end", m[i],
+		          (long long)took);
+		lb_release(w, lb_str(g, "lease"));
+	}
+	lb_end();
+}

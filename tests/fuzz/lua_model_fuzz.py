@@ -85,15 +85,21 @@ nid = [0]
 held = {}
 waiting = {}   # id -> (lock, broker, mode, limit, ttl, value)
 values = {}    # id -> the value Redis must show for it ('' none)
+delays = {}    # id -> its lock delay ms
+held_back = {} # lock -> no grant may come before this (ms): a holder with
+               # a lock delay ended without a release (see 'dl')
 lastfence = {}
 viol = []
 hist = []
 opf = []
 def grant(lock, id, fence, ttl, t0, mode, limit, src, hold=0):
     fence = int(fence); ttl = int(ttl); hold = int(hold)
+    if id not in held and now() < held_back.get(lock, 0):
+        viol.append('%s granted %s while held back by a lock delay (%d ms left)' % (lock, id, held_back[lock] - now()))
     if hold < 0 or (hold > 0 and ttl > hold): viol.append('lifetime %d past the hold %d %s' % (ttl, hold, src))
     if id not in held: opf.append((lock, fence, id, src))
-    held[id] = dict(lock=lock, mode=mode, limit=limit, exp=t0 + ttl, fence=fence, seq=held.get(id, {}).get('seq', 0))
+    held[id] = dict(lock=lock, mode=mode, limit=limit, exp=t0 + ttl, fence=fence, seq=held.get(id, {}).get('seq', 0),
+                    max_hold=hold > 0 or held.get(id, {}).get('max_hold', False))
     waiting.pop(id, None)
 def check_me(t):
     for L in LOCKS:
@@ -147,9 +153,9 @@ def check_values(t):
         live = [i for i, h in held.items() if h['lock'] == L and h['exp'] > t + 2 and h['mode'] == 'x']
         if len(live) != 1: continue
         ins = r.cmd('EVALSHA', sha['inspect'], 7, *keys7(L))
-        if len(ins) != 9 or ins[3] != 'x': continue
-        if ins[8] != values.get(live[0], ''):
-            viol.append('value %s: inspect shows %r, expected %r' % (L, ins[8], values.get(live[0])))
+        if len(ins) != 10 or ins[4] != 'x': continue
+        if ins[9] != values.get(live[0], ''):
+            viol.append('value %s: inspect shows %r, expected %r' % (L, ins[9], values.get(live[0])))
 def take_grants(L, lst, t0):
     for j in range(0, len(lst) - 3, 4):
         id_ = lst[j]
@@ -174,7 +180,8 @@ for step in range(steps):
             mh = random.choice([0, 0, 50])
             value = random.choice(['', '=v' + id_, '=']) if mode == 'x' else ''
             values[id_] = value
-            rep = r.cmd('EVALSHA', sha['acquire'], 7, *keys7(L), *ctx(L, b), id_, mode, limit, ttl, 'o', 'c', mh, wait, fair, 100, 1, value)
+            delays[id_] = random.choice([0, 0, 150])
+            rep = r.cmd('EVALSHA', sha['acquire'], 7, *keys7(L), *ctx(L, b), id_, mode, limit, ttl, 'o', 'c', mh, wait, fair, 100, 1, value, delays[id_])
             if rep[0] == 1:
                 waiting[id_] = (L, b, mode, limit, ttl, value); grant(L, id_, rep[1], rep[2], t0, mode, limit, 'acquire', rep[3]); take_grants(L, rep[4:], t0)
             elif rep[0] == 0:
@@ -186,8 +193,16 @@ for step in range(steps):
             if not cands: continue
             id_ = random.choice(cands)
             h = held[id_]; h['seq'] = h.get('seq', 0) + 1
-            args = (id_, random.choice(['0','1']), h['seq'])
+            died = random.choice(['0', '0', '1'])
+            args = (id_, random.choice(['0','1']), h['seq'], 0, died)
             rep = r.cmd('EVALSHA', sha['release'], 7, *keys7(L), *ctx(L, b), *args)
+            d = delays.get(id_, 0)
+            # (one that ran out at its max hold frees the lock at once)
+            if d and ((rep[0] == 0 and died == '1') or (rep[0] == -1 and not h.get('max_hold'))):
+                # an end without a release: no grant before it + the delay
+                start = t0 if rep[0] == 0 else h['exp']
+                held_back[L] = max(held_back.get(L, 0), start + d - 2)
+                hist.append(('held back', L, id_, rep[0], died, start, d))
             if rep[0] > 0 and random.random() < 0.3:
                 # a repeat (its first reply lost) changes nothing
                 rep2 = r.cmd('EVALSHA', sha['release'], 7, *keys7(L), *ctx(L, b), *args)
@@ -278,6 +293,6 @@ for step in range(steps):
         for L2 in LOCKS:
             for key in keys7(L2):
                 ty = r.cmd('TYPE', key); print(key, ty, r.cmd('PTTL', key), r.cmd('ZRANGE', key, 0, -1, 'WITHSCORES') if ty=='zset' else (r.cmd('HGETALL', key) if ty=='hash' else ''))
-        print('now', t, 'hist', hist[-6:]); sys.exit(1)
+        print('now', t, 'hist', [x for x in hist if x[0] == 'held back'][-3:], hist[-6:]); sys.exit(1)
     if random.random() < 0.05: time.sleep(random.choice([0.03, 0.1, 0.25, 0.4]))
 print('ok', seed)

@@ -143,3 +143,39 @@ RL_TEST(redlock_election, a_watch_hears_grants_and_releases_with_a_master_down, 
 	}
 	lb_end();
 }
+
+/* Lock-delay under --redlock (issue 27, point 3): the holder's session
+ * ends; every master holds the lock back, and a waiter on another broker
+ * is granted when the delay ends there (its rounds look again then), not
+ * before; inspect shows "delayed" meanwhile. */
+RL_TEST(redlock_election, a_lock_delay_holds_on_the_masters, 40)
+{
+	lb_redis *m[3];
+	const char *name = "rl-delayed";
+
+	rl_masters_start(m, 3);
+	lb_broker *a = lb_broker_start_redlock(m, 3, NULL), *b = lb_broker_start_redlock(m, 3, NULL);
+	lb_client *h = lb_connect(a, LB_TCP), *w = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_TCP);
+	json_t *g = lb_call(h, "{s:s, s:s, s:i, s:i, s:i}", "op", "acquire", "lock", name, "ttl_ms", TTL_MS,
+	                    "wait_ms", 0, "lock_delay_ms", 1500);
+
+	lb_expect_ok(g);
+	json_t *id = lb_send_req(w, "{s:s, s:s, s:i}", "op", "acquire", "lock", name, "ttl_ms", TTL_MS);
+	lb_sleep_ms(200);
+	int64_t t0 = lb_now_ms();
+	lb_close(h);
+	lb_sleep_ms(300);
+	json_t *in = lb_inspect(o, name);
+	cr_assert_str_eq(lb_str(in, "state"), "delayed", "%s", lb_dump(in));
+	for (int i = 0; i < 3; i++)
+		cr_assert_not_null(rl_header(m[i], name, "dl"), "master %d does not hold it back", i);
+	json_t *gw = lb_wait_response(w, id, 8000);
+	int64_t took = lb_now_ms() - t0;
+	lb_expect_ok(gw);
+	fprintf(stderr, "redlock_election: a waiter granted %lld ms after the holder's session ended "
+	                "(lock_delay_ms 1500)\n", (long long)took);
+	cr_assert_geq(took, 1400);
+	cr_assert_lt(took, 1500 + 2000);
+	cr_assert_gt(lb_int(gw, "fence"), lb_int(g, "fence"));
+	lb_end();
+}

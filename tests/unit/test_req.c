@@ -572,7 +572,8 @@ Test(req, a_field_of_another_op_lists_this_ops_fields)
 	expect_msg("{\"op\":\"acquire\",\"lock\":\"a\",\"lease\":\"l\"}",
 		   LB_E_INVALID_ARGUMENT,
 		   "unknown field 'lease' (acquire takes 'lock', 'mode', 'limit', 'ttl_ms', "
-		   "'wait_ms', 'watchdog', 'owner', 'fair', 'detach', 'max_hold_ms', 'value')", NULL);
+		   "'wait_ms', 'watchdog', 'owner', 'fair', 'detach', 'max_hold_ms', 'value', "
+		   "'lock_delay_ms')", NULL);
 	expect_msg("{\"op\":\"proclaim\",\"lease\":\"l\",\"value\":\"v\",\"lock\":\"a\"}",
 		   LB_E_INVALID_ARGUMENT, "unknown field 'lock' (proclaim takes 'lease', 'value')",
 		   NULL);

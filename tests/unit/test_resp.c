@@ -283,7 +283,7 @@ Test(resp, inspect_with_holders)
 		{LB_MODE_SHARED, 1500, 2, owner, S("worker/1"), {NULL, 0}},
 		{LB_MODE_SHARED, 800, 1, {NULL, 0}, {NULL, 0}, {NULL, 0}},
 	};
-	resp_inspect_t in = {S("db"), RESP_STATE_SHARED, 0, h, 2, 3, true, 42, NULL, 0};
+	resp_inspect_t in = {S("db"), RESP_STATE_SHARED, 0, h, 2, 3, true, 42, NULL, 0, 0};
 	json_t *v = roundtrip(resp_inspect(NULL, &in), NULL), *hs, *h0, *h1;
 
 	keys_are(v, "id", "ok", "lock", "state", "limit", "holders", "waiters",
@@ -314,9 +314,9 @@ Test(resp, inspect_with_holders)
 Test(resp, inspect_semaphore_and_free)
 {
 	resp_holder_t h = {LB_MODE_PERMIT, 100, 1, {"", 0}, {"", 0}, {NULL, 0}};
-	resp_inspect_t sem = {S("pool"), RESP_STATE_SEMAPHORE, 5, &h, 1, 0, false, 7, NULL, 0};
-	resp_inspect_t fr = {S("x"), RESP_STATE_FREE, 0, NULL, 0, 0, false, 0, NULL, 0};
-	resp_inspect_t ex = {S("x"), RESP_STATE_EXCLUSIVE, 0, NULL, 0, 0, true, 0, NULL, 0};
+	resp_inspect_t sem = {S("pool"), RESP_STATE_SEMAPHORE, 5, &h, 1, 0, false, 7, NULL, 0, 0};
+	resp_inspect_t fr = {S("x"), RESP_STATE_FREE, 0, NULL, 0, 0, false, 0, NULL, 0, 0};
+	resp_inspect_t ex = {S("x"), RESP_STATE_EXCLUSIVE, 0, NULL, 0, 0, true, 0, NULL, 0, 0};
 	json_t *v;
 
 	v = roundtrip(resp_inspect(NULL, &sem), NULL);
@@ -459,7 +459,7 @@ Test(resp, nul_in_owner_is_escaped_on_the_wire)
 {
 	char raw[1024];
 	resp_holder_t h = {LB_MODE_EXCLUSIVE, 1, 1, {"a\0b", 3}, {"\0", 1}, {NULL, 0}};
-	resp_inspect_t in = {S("x"), RESP_STATE_EXCLUSIVE, 0, &h, 1, 0, false, 0, NULL, 0};
+	resp_inspect_t in = {S("x"), RESP_STATE_EXCLUSIVE, 0, &h, 1, 0, false, 0, NULL, 0, 0};
 	json_t *v = roundtrip(resp_inspect(NULL, &in), raw);
 
 	cr_assert_not_null(strstr(raw, "\"owner\":\"a\\u0000b\""), "%s", raw);
@@ -591,7 +591,7 @@ Test(resp, direct_lines_leave_the_rest_to_the_builder)
 Test(resp, inspect_redlock_masters)
 {
 	resp_master_state_t ms[3] = {{"127.0.0.1:1", 1}, {"127.0.0.1:2", 0}, {"/tmp/r.sock", -1}};
-	resp_inspect_t in = {S("x"), RESP_STATE_FREE, 0, NULL, 0, 0, false, 0, ms, 3};
+	resp_inspect_t in = {S("x"), RESP_STATE_FREE, 0, NULL, 0, 0, false, 0, ms, 3, 0};
 	json_t *v = roundtrip(resp_inspect(NULL, &in), NULL);
 	json_t *a = json_object_get(v, "masters");
 
@@ -630,7 +630,7 @@ Test(resp, hello_lists_features)
 Test(resp, inspect_shows_a_value_and_proclaim_its_fence)
 {
 	resp_holder_t h = {LB_MODE_EXCLUSIVE, 900, 1, S("o"), S("c"), {"10.0.0.1\0x", 10}};
-	resp_inspect_t in = {S("lead"), RESP_STATE_EXCLUSIVE, 0, &h, 1, 0, true, 9, NULL, 0};
+	resp_inspect_t in = {S("lead"), RESP_STATE_EXCLUSIVE, 0, &h, 1, 0, true, 9, NULL, 0, 0};
 	json_t *v = roundtrip(resp_inspect(NULL, &in), NULL), *h0, *val;
 
 	h0 = json_array_get(json_object_get(v, "holders"), 0);
@@ -659,4 +659,20 @@ Test(resp, inspect_shows_a_value_and_proclaim_its_fence)
 	cr_assert_eq(ival(v, "id"), 3);
 	json_decref(v);
 	json_decref(id);
+}
+
+/* A lock held back by a lock delay (issue 27): state "delayed" with the
+ * time left; no delay_ms otherwise. */
+Test(resp, a_delayed_lock_says_how_long)
+{
+	resp_inspect_t in = {S("d"), RESP_STATE_DELAYED, 0, NULL, 0, 1, true, 5, NULL, 0, 1400};
+	json_t *v = roundtrip(resp_inspect(NULL, &in), NULL);
+
+	cr_assert_str_eq(sval(v, "state"), "delayed");
+	cr_assert_eq(ival(v, "delay_ms"), 1400);
+	json_decref(v);
+	in = (resp_inspect_t){S("d"), RESP_STATE_FREE, 0, NULL, 0, 0, false, 0, NULL, 0, 0};
+	v = roundtrip(resp_inspect(NULL, &in), NULL);
+	cr_assert_null(json_object_get(v, "delay_ms"));
+	json_decref(v);
 }
