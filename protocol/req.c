@@ -98,6 +98,7 @@ typedef enum field_kind {
 	F_BOOL, /* bool */
 	F_MODE, /* lb_mode_t; "exclusive" or "shared" */
 	F_ID,   /* json_t *; a valid id value */
+	F_ARRAY, /* json_t *; an array of min..max elements (the op checks them) */
 } field_kind_t;
 
 enum {
@@ -175,6 +176,22 @@ static const field_t watch_fields[] = {
 	{"lock", F_STR, F_REQUIRED | F_NO_CTRL, 1, REQ_LOCK_MAX_BYTES, U(watch.lock)},
 };
 
+/* Indices into all_fields, for all_finish. */
+enum { L_LOCKS, L_TTL, L_WAIT, L_WATCHDOG, L_OWNER, L_FAIR, L_DETACH, L_MAX_HOLD, L_LOCK_DELAY };
+
+#define UA(member) offsetof(req_t, u.acquire_all.opts.member)
+static const field_t all_fields[] = {
+	[L_LOCKS] = {"locks", F_ARRAY, F_REQUIRED, 1, REQ_ALL_MAX_LOCKS, U(acquire_all.locks)},
+	[L_TTL] = {"ttl_ms", F_INT, 0, REQ_TTL_MIN_MS, REQ_TTL_MAX_MS, UA(ttl_ms)},
+	[L_WAIT] = {"wait_ms", F_INT, 0, 0, REQ_ID_MAX_INT, UA(wait_ms)},
+	[L_WATCHDOG] = {"watchdog", F_BOOL, 0, 0, 0, UA(watchdog)},
+	[L_OWNER] = {"owner", F_STR, 0, 0, REQ_LABEL_MAX_BYTES, UA(owner)},
+	[L_FAIR] = {"fair", F_BOOL, 0, 0, 0, UA(fair)},
+	[L_DETACH] = {"detach", F_BOOL, 0, 0, 0, UA(detach)},
+	[L_MAX_HOLD] = {"max_hold_ms", F_INT, 0, REQ_TTL_MIN_MS, REQ_TTL_MAX_MS, UA(max_hold_ms)},
+	[L_LOCK_DELAY] = {"lock_delay_ms", F_INT, 0, 0, REQ_LOCK_DELAY_MAX_MS, UA(lock_delay_ms)},
+};
+
 static const field_t unwatch_fields[] = {
 	{"watch", F_STR, F_REQUIRED, 1, REQ_WATCH_MAX_BYTES, U(unwatch.watch)},
 };
@@ -190,6 +207,29 @@ static const field_t inspect_fields[] = {
 
 #define BIT(i) (1u << (i))
 
+/* The defaults of the options acquire and acquire_all share, for those
+ * not given, and the check across them. */
+static int acquire_defaults(req_acquire_t *a, bool wait, bool owner, bool fair, bool detach,
+			    bool watchdog, req_error_t *err)
+{
+	if (!wait)
+		a->wait_ms = -1;
+	if (!owner) {
+		a->owner.ptr = "";
+		a->owner.len = 0;
+	}
+	if (!fair)
+		a->fair = true;
+	if (!detach)
+		a->detach = false;
+	if (!watchdog)
+		a->watchdog = !a->detach;
+	else if (a->watchdog && a->detach)
+		return fail(err, LB_E_INVALID_ARGUMENT,
+			    "field 'watchdog' cannot be true when 'detach' is true");
+	return 0;
+}
+
 static int acquire_finish(req_t *req, unsigned present, req_error_t *err)
 {
 	req_acquire_t *a = &req->u.acquire;
@@ -204,22 +244,97 @@ static int acquire_finish(req_t *req, unsigned present, req_error_t *err)
 		return fail(err, LB_E_INVALID_ARGUMENT,
 			    "field 'value' is allowed only with mode \"exclusive\" (an election's "
 			    "leader is one holder)");
-	if (!(present & BIT(A_WAIT)))
-		a->wait_ms = -1;
-	if (!(present & BIT(A_OWNER))) {
-		a->owner.ptr = "";
-		a->owner.len = 0;
+	return acquire_defaults(a, present & BIT(A_WAIT), present & BIT(A_OWNER), present & BIT(A_FAIR),
+				present & BIT(A_DETACH), present & BIT(A_WATCHDOG), err);
+}
+
+static bool streq(const char *s, size_t len, const char *lit);
+static bool has_ctrl(const char *s, size_t len);
+
+/* One entry of acquire_all's locks: an object of lock (as acquire's),
+ * mode and limit, nothing else. */
+static int all_entry_check(json_t *e, size_t k, req_error_t *err)
+{
+	const char *key;
+	size_t key_len;
+	json_t *v, *lock, *mode, *limit;
+	int64_t l;
+
+	if (!json_is_object(e))
+		return fail(err, LB_E_INVALID_ARGUMENT, "locks[%zu] must be an object of 'lock', 'mode', 'limit'",
+			    k);
+	json_object_keylen_foreach(e, key, key_len, v) {
+		if (!streq(key, key_len, "lock") && !streq(key, key_len, "mode") &&
+		    !streq(key, key_len, "limit"))
+			return fail(err, LB_E_INVALID_ARGUMENT,
+				    "locks[%zu]: unknown field (an entry takes 'lock', 'mode', 'limit')", k);
 	}
-	if (!(present & BIT(A_FAIR)))
-		a->fair = true;
-	if (!(present & BIT(A_DETACH)))
-		a->detach = false;
-	if (!(present & BIT(A_WATCHDOG)))
-		a->watchdog = !a->detach;
-	else if (a->watchdog && a->detach)
+	lock = json_object_get(e, "lock");
+	mode = json_object_get(e, "mode");
+	limit = json_object_get(e, "limit");
+	if (!json_is_string(lock) || json_string_length(lock) < 1 ||
+	    json_string_length(lock) > REQ_LOCK_MAX_BYTES ||
+	    has_ctrl(json_string_value(lock), json_string_length(lock)))
 		return fail(err, LB_E_INVALID_ARGUMENT,
-			    "field 'watchdog' cannot be true when 'detach' is true");
+			    "locks[%zu]: 'lock' must be a string of 1..%d bytes without control characters", k,
+			    REQ_LOCK_MAX_BYTES);
+	if (mode && !json_is_null(mode) &&
+	    (!json_is_string(mode) ||
+	     (!streq(json_string_value(mode), json_string_length(mode), "exclusive") &&
+	      !streq(json_string_value(mode), json_string_length(mode), "shared"))))
+		return fail(err, LB_E_INVALID_ARGUMENT, "locks[%zu]: 'mode' must be \"exclusive\" or \"shared\"",
+			    k);
+	if (limit && !json_is_null(limit)) {
+		if (!get_int(limit, &l) || l < 1 || l > REQ_LIMIT_MAX)
+			return fail(err, LB_E_INVALID_ARGUMENT, "locks[%zu]: 'limit' must be an integer in 1..%d", k,
+				    REQ_LIMIT_MAX);
+		if (mode && !json_is_null(mode))
+			return fail(err, LB_E_INVALID_ARGUMENT,
+				    "locks[%zu]: 'mode' must be absent when 'limit' is given", k);
+	}
 	return 0;
+}
+
+static int all_finish(req_t *req, unsigned present, req_error_t *err)
+{
+	req_acquire_t *a = &req->u.acquire_all.opts;
+	json_t *locks = req->u.acquire_all.locks;
+	size_t n = json_array_size(locks);
+
+	if (acquire_defaults(a, present & BIT(L_WAIT), present & BIT(L_OWNER), present & BIT(L_FAIR),
+			     present & BIT(L_DETACH), present & BIT(L_WATCHDOG), err) != 0)
+		return -1;
+	for (size_t k = 0; k < n; k++) {
+		json_t *e = json_array_get(locks, k);
+		if (all_entry_check(e, k, err) != 0)
+			return -1;
+		for (size_t j = 0; j < k; j++) {
+			json_t *x = json_object_get(json_array_get(locks, j), "lock");
+			json_t *y = json_object_get(e, "lock");
+			if (json_string_length(x) == json_string_length(y) &&
+			    memcmp(json_string_value(x), json_string_value(y), json_string_length(x)) == 0)
+				return fail(err, LB_E_INVALID_ARGUMENT,
+					    "locks[%zu] names the same lock as locks[%zu]", k, j);
+		}
+	}
+	return 0;
+}
+
+void req_all_lock(const req_t *req, size_t k, lb_str_t *lock, lb_mode_t *mode, int64_t *limit)
+{
+	json_t *e = json_array_get(req->u.acquire_all.locks, k);
+	json_t *l = json_object_get(e, "lock"), *m = json_object_get(e, "mode");
+	json_t *p = json_object_get(e, "limit");
+
+	*lock = (lb_str_t){json_string_value(l), json_string_length(l)};
+	*limit = 0;
+	*mode = LB_MODE_EXCLUSIVE;
+	if (p && !json_is_null(p)) {
+		get_int(p, limit);
+		*mode = LB_MODE_PERMIT;
+	} else if (m && json_is_string(m) && streq(json_string_value(m), json_string_length(m), "shared")) {
+		*mode = LB_MODE_SHARED;
+	}
 }
 
 #define OPDEF(n, f, fin) {n, f, sizeof(f) / sizeof(f[0]), fin}
@@ -237,6 +352,7 @@ static const op_def_t ops[OP__COUNT] = {
 	[OP_PROCLAIM] = OPDEF("proclaim", proclaim_fields, NULL),
 	[OP_WATCH] = OPDEF("watch", watch_fields, NULL),
 	[OP_UNWATCH] = OPDEF("unwatch", unwatch_fields, NULL),
+	[OP_ACQUIRE_ALL] = OPDEF("acquire_all", all_fields, all_finish),
 };
 
 _Static_assert(sizeof(acquire_fields) / sizeof(acquire_fields[0]) <= 32,
@@ -303,6 +419,9 @@ static int field_fail(const field_t *fd, req_error_t *err)
 		return fail(err, e, "field '%s' must be a boolean", n);
 	case F_MODE:
 		return fail(err, e, "field '%s' must be \"exclusive\" or \"shared\"", n);
+	case F_ARRAY:
+		return fail(err, e, "field '%s' must be an array of %" PRId64 "..%" PRId64 " locks", n,
+			    fd->min, fd->max);
 	case F_ID:
 		return fail(err, e, "field '%s' must be a string of at most %d bytes "
 			    "or an integer in -%" PRId64 "..%" PRId64,
@@ -367,6 +486,12 @@ static int unpack_field(const field_t *fd, json_t *v, char *dst,
 	}
 	case F_ID:
 		if (!req_id_valid(v))
+			return field_fail(fd, err);
+		memcpy(dst, &v, sizeof(v));
+		return 0;
+	case F_ARRAY:
+		if (!json_is_array(v) || (int64_t)json_array_size(v) < fd->min ||
+		    (int64_t)json_array_size(v) > fd->max)
 			return field_fail(fd, err);
 		memcpy(dst, &v, sizeof(v));
 		return 0;

@@ -40,6 +40,7 @@
 #define REQ_VALUE_MAX_BYTES 4096 /* an election's value (acquire, proclaim) */
 #define REQ_WATCH_MAX_BYTES 64   /* a watch's id (unwatch) */
 #define REQ_LOCK_DELAY_MAX_MS 600000
+#define REQ_ALL_MAX_LOCKS 64 /* acquire_all's locks */
 
 typedef enum req_op {
 	OP_HELLO,
@@ -54,6 +55,7 @@ typedef enum req_op {
 	OP_PROCLAIM,
 	OP_WATCH,
 	OP_UNWATCH,
+	OP_ACQUIRE_ALL,
 	OP__COUNT
 } req_op_t;
 
@@ -102,6 +104,15 @@ typedef struct req_proclaim {
 	lb_str_t value; /* required; may be empty */
 } req_proclaim_t;
 
+/* acquire_all: the options every lock gets (as acquire's; lock, mode,
+ * limit and value unused), and the locks, checked (1..REQ_ALL_MAX_LOCKS
+ * distinct names, each entry as acquire's lock, mode and limit): read
+ * them with req_all_lock. */
+typedef struct req_acquire_all {
+	req_acquire_t opts;
+	json_t *locks; /* borrowed: the array */
+} req_acquire_all_t;
+
 typedef struct req_unwatch {
 	lb_str_t watch;
 } req_unwatch_t;
@@ -128,6 +139,7 @@ typedef struct req {
 		req_proclaim_t proclaim;
 		req_inspect_t watch; /* the lock, as inspect's */
 		req_unwatch_t unwatch;
+		req_acquire_all_t acquire_all;
 	} u;
 } req_t;
 
@@ -149,6 +161,10 @@ int req_parse(const char *line, size_t len, req_t *req, req_error_t *err);
 /* Validates and unpacks the op's fields into req->u. Returns 0 or -1 with
  * *err set (invalid_argument naming the field). */
 int req_unpack(req_t *req, req_error_t *err);
+
+/* acquire_all's lock k (k < json_array_size(locks)), after req_unpack:
+ * its name, mode (LB_MODE_PERMIT with a limit) and limit (0: none). */
+void req_all_lock(const req_t *req, size_t k, lb_str_t *lock, lb_mode_t *mode, int64_t *limit);
 
 /* Releases the parsed document; req may be reused. Accepts a zeroed req. */
 void req_clear(req_t *req);

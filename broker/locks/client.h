@@ -59,6 +59,11 @@ typedef struct client_ops {
 /* The net layer's functions, once at start. */
 void client_set_ops(const client_ops_t *ops);
 
+/* The answers to acquire_all's steps (an id that is a JSON real, which no
+ * client's id can be: acquire_all.h) go to acquire_all.c, never out. */
+void acquire_all_answer_acquired(client_t *c, const json_t *id, const resp_acquired_t *a);
+void acquire_all_answer_error(client_t *c, const json_t *id, lb_err_t code, const char *msg);
+
 extern client_ops_t client_ops;
 
 static inline bool client_open(const client_t *c) { return client_ops.open(c); }
@@ -70,11 +75,15 @@ static inline void client_prestep_begin(client_t *c) { client_ops.prestep_begin(
 static inline void client_prestep_end(client_t *c) { client_ops.prestep_end(c); }
 static inline void client_send_acquired(client_t *c, const json_t *id, const resp_acquired_t *a)
 {
-	client_ops.acquired(c, id, a);
+	if (id && json_is_real(id))
+		acquire_all_answer_acquired(c, id, a);
+	else
+		client_ops.acquired(c, id, a);
 }
 static inline void client_send_released(client_t *c, const json_t *id, int64_t count)
 {
-	client_ops.released(c, id, count);
+	if (!(id && json_is_real(id))) /* a give-back of acquire_all's: nobody waits */
+		client_ops.released(c, id, count);
 }
 static inline void client_send_extended(client_t *c, const json_t *id, int64_t ttl_ms)
 {
@@ -82,7 +91,10 @@ static inline void client_send_extended(client_t *c, const json_t *id, int64_t t
 }
 static inline void client_send_error(client_t *c, const json_t *id, lb_err_t code, const char *msg)
 {
-	client_ops.error(c, id, code, msg);
+	if (id && json_is_real(id))
+		acquire_all_answer_error(c, id, code, msg);
+	else
+		client_ops.error(c, id, code, msg);
 }
 static inline void client_answer(client_t *c, const json_t *id, json_t *msg)
 {

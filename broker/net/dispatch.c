@@ -43,6 +43,7 @@
 #include "broker/base/log.h"
 #include "broker/store/store.h"
 #include "broker/net/session.h"
+#include "broker/locks/acquire_all.h"
 #include "broker/locks/waitq.h"
 #include "broker/locks/watch.h"
 #include "protocol/resp.h"
@@ -70,6 +71,7 @@ static void op_inspect(session_t *s, req_t *req) { lockops_inspect(&s->lk, req);
 static void op_proclaim(session_t *s, req_t *req) { lockops_proclaim(&s->lk, req); }
 static void op_watch(session_t *s, req_t *req) { watch_start(&s->lk, req); }
 static void op_unwatch(session_t *s, req_t *req) { watch_stop(&s->lk, req); }
+static void op_acquire_all(session_t *s, req_t *req) { acquire_all_start(&s->lk, req); }
 
 static const struct op_def {
 	op_handler handler;
@@ -87,11 +89,12 @@ static const struct op_def {
 	[OP_PROCLAIM] = {op_proclaim, OPF_AUTH | OPF_REDIS},
 	[OP_WATCH] = {op_watch, OPF_AUTH | OPF_REDIS},
 	[OP_UNWATCH] = {op_unwatch, OPF_AUTH},
+	[OP_ACQUIRE_ALL] = {op_acquire_all, OPF_AUTH | OPF_REDIS | OPF_GRANTS},
 };
 
 /* What hello's "features" lists: the additions to protocol version 1
  * this broker serves (PROTOCOL.md, "Coordination beyond the mutex"). */
-static const char *const features[] = {"value", "proclaim", "watch", "lock_delay", NULL};
+static const char *const features[] = {"value", "proclaim", "watch", "lock_delay", "acquire_all", NULL};
 
 /* op must wait until nothing of the session is in flight. */
 static bool waits_for_inflight(req_op_t op)
@@ -378,7 +381,10 @@ static void op_ping(session_t *s, req_t *req)
 
 static void op_cancel(session_t *s, req_t *req)
 {
-	session_answer(s, req->id, resp_cancelled(req->id, waitq_cancel(&s->lk, req->u.cancel.target)));
+	const json_t *target = req->u.cancel.target;
+	bool cancelled = acquire_all_cancel(&s->lk, target) || waitq_cancel(&s->lk, target);
+
+	session_answer(s, req->id, resp_cancelled(req->id, cancelled));
 }
 
 static void op_leases(session_t *s, req_t *req)

@@ -19,6 +19,7 @@
 #include "broker/base/shared.h"
 #include "broker/locks/lease.h"
 #include "broker/locks/waitq.h"
+#include "broker/locks/acquire_all.h"
 #include "broker/locks/watch.h"
 #include "protocol/resp.h"
 
@@ -118,6 +119,7 @@ static void end_session(session_t *s, const char *why)
 	 * leases free next (both go out on the lock's connection, in order). */
 	waitq_client_end(&s->lk);
 	watch_client_end(&s->lk);
+	acquire_all_client_end(&s->lk);
 	while (s->lk.leases)
 		lease_release_now(s->lk.leases);
 	LOG(LOG_INFO, "msg=\"session closed\" session=%s why=\"%s\" leases_released=%zu", s->name, why, n);

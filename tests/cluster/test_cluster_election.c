@@ -112,3 +112,54 @@ CL_TEST(cluster_election, a_lock_delay_holds_on_each_master, 60)
 	}
 	lb_end();
 }
+
+/* acquire_all across the masters (issue 27, point 4): the names live in
+ * different slots on different masters; all are granted, or none; sets
+ * asked in opposite orders on two brokers never deadlock. */
+CL_TEST(cluster_election, acquire_all_spans_the_masters, 90)
+{
+	lb_broker *a = lb_broker_start_url(cl_seed_url(), NULL), *b = lb_broker_start_url(cl_seed_url(), NULL);
+	lb_client *x = lb_connect(a, LB_TCP), *y = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_TCP);
+	char n[CL_MASTERS][32];
+	int m[CL_MASTERS];
+
+	cl_masters(m);
+	for (int i = 0; i < CL_MASTERS; i++)
+		cr_assert_eq(cl_master_of_slot(cl_lock_name(i, 17, n[i], sizeof(n[i]))), m[i]);
+	json_t *g = lb_call(x, "{s:s, s:[{s:s},{s:s},{s:s}], s:i}", "op", "acquire_all", "locks", "lock",
+	                    n[2], "lock", n[0], "lock", n[1], "wait_ms", 0);
+	lb_expect_ok(g);
+	for (int i = 0; i < CL_MASTERS; i++)
+		cr_assert_str_eq(lb_str(lb_inspect(o, n[i]), "state"), "exclusive");
+	/* one of them busy: none taken by another caller */
+	json_t *t = lb_call(y, "{s:s, s:[{s:s},{s:s}], s:i}", "op", "acquire_all", "locks", "lock",
+	                    "cl-free-one", "lock", n[1], "wait_ms", 200);
+	lb_expect_err(t, "timeout");
+	lb_expect_free(o, "cl-free-one");
+	for (size_t k = 0; k < 3; k++)
+		lb_release(x, lb_str(json_array_get(lb_get(g, "leases"), k), "lease"));
+
+	for (int k = 0; k < 10; k++) {
+		json_t *ix = lb_send_req(x, "{s:s, s:[{s:s},{s:s},{s:s}], s:i}", "op", "acquire_all", "locks",
+		                         "lock", n[0], "lock", n[1], "lock", n[2], "wait_ms", 10000);
+		json_t *iy = lb_send_req(y, "{s:s, s:[{s:s},{s:s},{s:s}], s:i}", "op", "acquire_all", "locks",
+		                         "lock", n[2], "lock", n[1], "lock", n[0], "wait_ms", 10000);
+		json_t *gx = NULL, *gy = NULL;
+		int64_t t0 = lb_now_ms();
+		while (!gx && !gy && lb_now_ms() - t0 < 15000) {
+			gx = lb_read_msg(x, 10);
+			gy = gx ? NULL : lb_read_msg(y, 10);
+		}
+		cr_assert(gx || gy, "neither was granted: a deadlock");
+		lb_client *first = gx ? x : y, *second = gx ? y : x;
+		json_t *g1 = gx ? gx : gy;
+		lb_expect_ok(g1);
+		for (size_t j = 0; j < 3; j++)
+			lb_release(first, lb_str(json_array_get(lb_get(g1, "leases"), j), "lease"));
+		json_t *g2 = lb_wait_response(second, gx ? iy : ix, 15000);
+		lb_expect_ok(g2);
+		for (size_t j = 0; j < 3; j++)
+			lb_release(second, lb_str(json_array_get(lb_get(g2, "leases"), j), "lease"));
+	}
+	lb_end();
+}

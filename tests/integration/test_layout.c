@@ -267,8 +267,9 @@ LB_TEST(layout, uncontended_acquire_is_one_header_key, 60)
 	          header_text(r, lock));
 	cr_assert_str_eq(hfield(r, lock, "r"), "0", "no op seq applied yet: {%s}", header_text(r, lock));
 	cr_assert_str_eq(hfield(r, lock, "V"), "", "no value: {%s}", header_text(r, lock));
-	cr_assert_eq(redis_int(lb_redis_cmd(r, "HLEN %s", lkey(lock, NULL))), 12,
-	             "want f,o,x,c,k,l,e,w,n,r,z,V: {%s}", header_text(r, lock));
+	cr_assert_str_eq(hfield(r, lock, "D"), "0", "no lock delay: {%s}", header_text(r, lock));
+	cr_assert_eq(redis_int(lb_redis_cmd(r, "HLEN %s", lkey(lock, NULL))), 13,
+	             "want f,o,x,c,k,l,e,w,n,r,z,V,D: {%s}", header_text(r, lock));
 	/* z: the header lives at least that long, and that is past the
 	 * holder's expiry plus the fence's retention (60 s). */
 	cr_assert_geq(hfield_ll(r, lock, "z"), hfield_ll(r, lock, "x") + 60000, "{%s}",

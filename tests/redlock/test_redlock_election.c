@@ -179,3 +179,27 @@ RL_TEST(redlock_election, a_lock_delay_holds_on_the_masters, 40)
 	cr_assert_gt(lb_int(gw, "fence"), lb_int(g, "fence"));
 	lb_end();
 }
+
+/* acquire_all under --redlock (issue 27, point 4): each lock a Redlock
+ * round; all or nothing; a busy one gives back the one taken. */
+RL_TEST(redlock_election, acquire_all_takes_every_lock_or_none, 40)
+{
+	lb_redis *m[3];
+
+	rl_masters_start(m, 3);
+	lb_broker *a = lb_broker_start_redlock(m, 3, NULL), *b = lb_broker_start_redlock(m, 3, NULL);
+	lb_client *x = lb_connect(a, LB_TCP), *y = lb_connect(b, LB_TCP);
+	json_t *g = lb_call(x, "{s:s, s:[{s:s},{s:s}], s:i, s:i}", "op", "acquire_all", "locks", "lock",
+	                    "rl-all-b", "lock", "rl-all-a", "wait_ms", 0, "ttl_ms", TTL_MS);
+
+	lb_expect_ok(g);
+	cr_assert_str_eq(lb_str(json_array_get(lb_get(g, "leases"), 0), "lock"), "rl-all-b");
+	json_t *t = lb_call(y, "{s:s, s:[{s:s},{s:s}], s:i, s:i}", "op", "acquire_all", "locks", "lock",
+	                    "rl-all-0", "lock", "rl-all-a", "wait_ms", 300, "ttl_ms", TTL_MS);
+	lb_expect_err(t, "timeout");
+	rl_wait_no_holder(m, 3, "rl-all-0", 2000);
+	lb_expect_err(lb_call(y, "{s:s, s:[{s:s,s:s}]}", "op", "acquire_all", "locks", "lock", "rl-sh",
+	                      "mode", "shared"),
+	              "invalid_argument");
+	lb_end();
+}

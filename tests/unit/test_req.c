@@ -469,7 +469,7 @@ Test(req, every_op_name_is_known)
 {
 	static const char *const names[] = {"hello", "ping", "acquire", "release",
 					    "extend", "cancel", "inspect",
-					    "leases", "stats", "proclaim", "watch", "unwatch"};
+					    "leases", "stats", "proclaim", "watch", "unwatch", "acquire_all"};
 	char line[64];
 	size_t i;
 	req_t r;
@@ -1315,4 +1315,61 @@ Test(req, proclaim_fields)
 	expect("{\"op\":\"proclaim\",\"lease\":\"abc\",\"value\":false}", LB_E_INVALID_ARGUMENT,
 	       "'value'");
 	cr_assert_str_eq(req_op_name(OP_PROCLAIM), "proclaim");
+}
+
+/* acquire_all (issue 27): the locks and the options every lock gets. */
+Test(req, acquire_all_op_fields)
+{
+	req_t r;
+	req_error_t e;
+	lb_str_t lock;
+	lb_mode_t mode;
+	int64_t limit;
+
+	cr_assert_eq(run("{\"op\":\"acquire_all\",\"locks\":[{\"lock\":\"b\"},{\"lock\":\"a\",\"mode\":\"shared\"},"
+			 "{\"lock\":\"s\",\"limit\":3}],\"ttl_ms\":500,\"owner\":\"o\",\"lock_delay_ms\":10}",
+			 &r, &e),
+		     LB_OK, "%s", e.message);
+	cr_assert_eq(r.op, OP_ACQUIRE_ALL);
+	cr_assert_eq(json_array_size(r.u.acquire_all.locks), 3u);
+	req_all_lock(&r, 0, &lock, &mode, &limit);
+	cr_assert(lock.len == 1 && lock.ptr[0] == 'b' && mode == LB_MODE_EXCLUSIVE && limit == 0);
+	req_all_lock(&r, 1, &lock, &mode, &limit);
+	cr_assert(lock.ptr[0] == 'a' && mode == LB_MODE_SHARED);
+	req_all_lock(&r, 2, &lock, &mode, &limit);
+	cr_assert(mode == LB_MODE_PERMIT && limit == 3);
+	cr_assert_eq(r.u.acquire_all.opts.ttl_ms, 500);
+	cr_assert_eq(r.u.acquire_all.opts.wait_ms, -1);
+	cr_assert_eq(r.u.acquire_all.opts.lock_delay_ms, 10);
+	cr_assert_eq(r.u.acquire_all.opts.fair, true);
+	cr_assert_eq(r.u.acquire_all.opts.watchdog, true);
+	req_clear(&r);
+
+	expect("{\"op\":\"acquire_all\"}", LB_E_INVALID_ARGUMENT, "field 'locks' is required");
+	expect("{\"op\":\"acquire_all\",\"locks\":[]}", LB_E_INVALID_ARGUMENT, "1..64 locks");
+	expect("{\"op\":\"acquire_all\",\"locks\":[{\"lock\":\"a\"},{\"lock\":\"a\"}]}", LB_E_INVALID_ARGUMENT,
+	       "locks[1] names the same lock as locks[0]");
+	expect("{\"op\":\"acquire_all\",\"locks\":[{\"lock\":\"a\",\"x\":1}]}", LB_E_INVALID_ARGUMENT,
+	       "locks[0]: unknown field");
+	expect("{\"op\":\"acquire_all\",\"locks\":[7]}", LB_E_INVALID_ARGUMENT, "locks[0] must be an object");
+	expect("{\"op\":\"acquire_all\",\"locks\":[{\"lock\":\"a\\u0002\"}]}", LB_E_INVALID_ARGUMENT,
+	       "locks[0]: 'lock'");
+	expect("{\"op\":\"acquire_all\",\"locks\":[{\"lock\":\"a\",\"mode\":\"shared\",\"limit\":2}]}",
+	       LB_E_INVALID_ARGUMENT, "'mode' must be absent");
+	expect("{\"op\":\"acquire_all\",\"locks\":[{\"lock\":\"a\",\"limit\":1000001}]}", LB_E_INVALID_ARGUMENT,
+	       "'limit' must be an integer");
+	expect("{\"op\":\"acquire_all\",\"locks\":[{\"lock\":\"a\"}],\"value\":\"v\"}", LB_E_INVALID_ARGUMENT,
+	       "unknown field 'value'");
+	expect("{\"op\":\"acquire_all\",\"locks\":[{\"lock\":\"a\"}],\"detach\":true,\"watchdog\":true}",
+	       LB_E_INVALID_ARGUMENT, "'watchdog' cannot be true");
+}
+
+Test(req, lock_delay_bounds)
+{
+	expect("{\"op\":\"acquire\",\"lock\":\"a\",\"lock_delay_ms\":-1}", LB_E_INVALID_ARGUMENT, "'lock_delay_ms'");
+	expect("{\"op\":\"acquire\",\"lock\":\"a\",\"lock_delay_ms\":600001}", LB_E_INVALID_ARGUMENT,
+	       "'lock_delay_ms'");
+	expect_ok("{\"op\":\"acquire\",\"lock\":\"a\",\"lock_delay_ms\":600000}");
+	expect("{\"op\":\"watch\"}", LB_E_INVALID_ARGUMENT, "field 'lock' is required");
+	expect("{\"op\":\"unwatch\",\"watch\":\"\"}", LB_E_INVALID_ARGUMENT, "'watch'");
 }
