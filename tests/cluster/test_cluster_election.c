@@ -163,3 +163,131 @@ CL_TEST(cluster_election, acquire_all_spans_the_masters, 90)
 	}
 	lb_end();
 }
+
+/* Reads events of watch w until one shows state (and, when value is not
+ * NULL, that value on its first holder); fails after timeout_ms. Fences
+ * never go down. */
+static json_t *until_shown(lb_client *c, const char *w, const char *state, const char *value,
+                           int timeout_ms, int64_t *fence)
+{
+	for (int64_t end = lb_now_ms() + timeout_ms;;) {
+		int64_t left = end - lb_now_ms();
+		json_t *ev = left > 0 ? lb_next_event(c, (int)left) : NULL;
+		cr_assert_not_null(ev, "no `changed` to %s (%s) within %d ms", state, value ? value : "-",
+		                   timeout_ms);
+		cr_assert_str_eq(lb_str(ev, "watch"), w, "%s", lb_dump(ev));
+		if (json_is_integer(json_object_get(ev, "fence"))) {
+			cr_assert_geq(lb_int(ev, "fence"), *fence, "the fence went down: %s", lb_dump(ev));
+			*fence = lb_int(ev, "fence");
+		}
+		if (strcmp(lb_str(ev, "state"), state) != 0)
+			continue;
+		json_t *h = json_array_get(lb_get(ev, "holders"), 0);
+		if (value && (!h || !json_is_string(json_object_get(h, "value")) ||
+		              strcmp(lb_str(h, "value"), value) != 0))
+			continue;
+		return ev;
+	}
+}
+
+/* The election's slot moves to another master while a leader leads and a
+ * watcher watches (issue 27): the lease, its value and the watcher's mark
+ * move with the keys; the leader's proclaim and resignation after the move
+ * reach the watcher from the new master, and the term never goes back. */
+CL_TEST(cluster_election, a_slot_move_under_a_leader_and_a_watcher, 90)
+{
+	lb_broker *a = lb_broker_start_url(cl_seed_url(), NULL), *b = lb_broker_start_url(cl_seed_url(), NULL);
+	lb_client *l = lb_connect(a, LB_TCP), *w = lb_connect(b, LB_TCP);
+	int m[CL_MASTERS];
+	char name[32];
+	int64_t fence = 0;
+
+	cl_masters(m);
+	int slot = cl_lock_name(0, 21, name, sizeof(name));
+	json_t *g = lb_call(l, "{s:s, s:s, s:s, s:i, s:i}", "op", "acquire", "lock", name, "value", "v1",
+	                    "wait_ms", 0, "ttl_ms", 6000);
+	lb_expect_ok(g);
+	json_t *wa = lb_call(w, "{s:s, s:s}", "op", "watch", "lock", name);
+	lb_expect_ok(wa);
+	const char *wid = lb_str(wa, "watch");
+	fence = lb_int(wa, "fence");
+
+	int64_t took = cl_move_slot(slot, m[1]);
+	fprintf(stderr, "cluster_election: slot %d of a led election moved to %d in %lld ms\n", slot, m[1],
+	        (long long)took);
+	cr_assert_gt(cl_lock_exists(m[1], name), 0, "the election's keys did not move");
+	lb_sleep_ms(2500); /* renewals (ttl 6000: every 2 s) go to the new master */
+	cr_assert_null(lb_next_event(l, 0), "the leader was told something across the move");
+	lb_expect_ok(lb_call_timeout(l, 10000, "{s:s, s:s, s:s}", "op", "proclaim", "lease",
+	                             lb_str(g, "lease"), "value", "v2"));
+	until_shown(w, wid, "exclusive", "v2", 3000, &fence);
+	cr_assert_eq(fence, lb_int(g, "fence"), "a proclaim is no new term");
+	cr_assert_eq(lb_release(l, lb_str(g, "lease")), 0);
+	until_shown(w, wid, "free", NULL, 3000, &fence);
+	json_t *g2 = lb_call(l, "{s:s, s:s, s:s, s:i}", "op", "acquire", "lock", name, "value", "v3",
+	                     "wait_ms", 0);
+	lb_expect_ok(g2);
+	cr_assert_gt(lb_int(g2, "fence"), lb_int(g, "fence"), "the term went back across the move");
+	until_shown(w, wid, "exclusive", "v3", 3000, &fence);
+	lb_end();
+}
+
+/* The election's master fails over while a leader leads and a watcher
+ * watches (issue 27): the replica took the lease and its value (or the
+ * leader is told `lost`, never both holding); the watcher gets one fresh
+ * `changed` and hears the leader's proclaim made after the failover from
+ * the new master; the next term's fence is above the old one. */
+CL_TEST(cluster_election, a_failover_of_the_elections_master_under_a_leader_and_a_watcher, 120)
+{
+	lb_broker *a = lb_broker_start_url(cl_seed_url(), NULL), *b = lb_broker_start_url(cl_seed_url(), NULL);
+	lb_client *l = lb_connect(a, LB_TCP), *w = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_TCP);
+	int m[CL_MASTERS];
+	char name[32], key[64];
+	int64_t fence = 0;
+
+	cl_masters(m);
+	cl_lock_name(2, 23, name, sizeof(name));
+	int old = m[2], replica = cl_replica_of(old);
+	json_t *g = lb_call(l, "{s:s, s:s, s:s, s:i, s:i}", "op", "acquire", "lock", name, "value",
+	                    "leader-1", "wait_ms", 0, "ttl_ms", 30000);
+	lb_expect_ok(g);
+	json_t *wa = lb_call(w, "{s:s, s:s}", "op", "watch", "lock", name);
+	lb_expect_ok(wa);
+	const char *wid = lb_str(wa, "watch");
+	fence = lb_int(wa, "fence");
+	snprintf(key, sizeof(key), "lb:{%s}", name);
+	redisReply *rw = cl_node_cmd(old, "WAIT 1 5000");
+	cr_assert(rw->type == REDIS_REPLY_INTEGER && rw->integer >= 1, "replica %d did not catch up", replica);
+
+	cl_kill_node(old);
+	int64_t fo = cl_wait_failover(old, 30000);
+	json_t *ev = lb_next_event(w, 30000);
+	cr_assert_not_null(ev, "no fresh `changed` after the failover");
+	cr_assert_str_eq(lb_str(ev, "event"), "changed", "%s", lb_dump(ev));
+	cr_assert(json_is_null(json_object_get(ev, "fence")) || lb_int(ev, "fence") >= fence, "%s",
+	          lb_dump(ev));
+	json_t *lost = lb_next_event(l, 1000);
+	fprintf(stderr, "cluster_election: failover of %d in %lld ms; the leader %s; the watcher saw %s\n",
+	        old, (long long)fo, lost ? "was told lost" : "kept its lease", lb_str(ev, "state"));
+	if (lost) {
+		/* lost: nobody else may believe it leads; the lock is free or taken anew */
+		cr_assert_str_eq(lb_str(lost, "event"), "lost", "%s", lb_dump(lost));
+	} else {
+		json_t *in = lb_inspect(o, name);
+		cr_assert_str_eq(lb_str(in, "state"), "exclusive", "%s", lb_dump(in));
+		cr_assert_str_eq(lb_str(json_array_get(lb_get(in, "holders"), 0), "value"), "leader-1");
+		lb_expect_ok(lb_call_timeout(l, 15000, "{s:s, s:s, s:s}", "op", "proclaim", "lease",
+		                             lb_str(g, "lease"), "value", "leader-1b"));
+		until_shown(w, wid, "exclusive", "leader-1b", 5000, &fence);
+		cr_assert_eq(lb_release(l, lb_str(g, "lease")), 0);
+	}
+	json_t *g2 = NULL;
+	for (int64_t end = lb_now_ms() + 10000; !g2 || !lb_is_ok(g2); lb_sleep_ms(50)) {
+		cr_assert_lt(lb_now_ms(), end, "no new term after the failover: %s", g2 ? lb_dump(g2) : "-");
+		g2 = lb_call(o, "{s:s, s:s, s:s, s:i}", "op", "acquire", "lock", name, "value", "leader-2",
+		             "wait_ms", 0);
+	}
+	cr_assert_gt(lb_int(g2, "fence"), lb_int(g, "fence"), "the term went back across the failover");
+	until_shown(w, wid, "exclusive", "leader-2", 5000, &fence);
+	lb_end();
+}

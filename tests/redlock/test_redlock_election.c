@@ -203,3 +203,56 @@ RL_TEST(redlock_election, acquire_all_takes_every_lock_or_none, 40)
 	              "invalid_argument");
 	lb_end();
 }
+
+/* A majority of the masters stalls under a leader (issue 27): the leader
+ * hears `lost` (redis_unavailable) within its TTL, before a new leader
+ * could be elected; once they are back a candidate on another broker
+ * leads in a higher term, and the watcher (on a third session) ends up
+ * shown the new leader. */
+RL_TEST(redlock_election, a_majority_down_under_a_leader, 60)
+{
+	lb_redis *m[3];
+	const char *name = "rl-majority";
+
+	rl_masters_start(m, 3);
+	lb_broker *a = lb_broker_start_redlock(m, 3, NULL), *b = lb_broker_start_redlock(m, 3, NULL);
+	lb_client *l = lb_connect(a, LB_TCP), *c = lb_connect(b, LB_TCP), *w = lb_connect(b, LB_TCP);
+	json_t *g = lb_call(l, "{s:s, s:s, s:s, s:i, s:i}", "op", "acquire", "lock", name, "value", "old",
+	                    "wait_ms", 0, "ttl_ms", 2000);
+
+	lb_expect_ok(g);
+	json_t *wa = lb_call(w, "{s:s, s:s}", "op", "watch", "lock", name);
+	lb_expect_ok(wa);
+	int64_t t0 = lb_now_ms();
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(kill(lb_redis_pid(m[i]), SIGSTOP), 0);
+	json_t *ev = lb_next_event(l, 4000);
+	int64_t took = lb_now_ms() - t0;
+	cr_assert_not_null(ev, "the leader was not told with a majority down");
+	cr_assert_str_eq(lb_str(ev, "event"), "lost", "%s", lb_dump(ev));
+	cr_assert_str_eq(lb_str(ev, "reason"), "redis_unavailable", "%s", lb_dump(ev));
+	cr_assert_leq(took, 2000, "told %lld ms after the stall, past the TTL", (long long)took);
+	lb_expect_err(lb_call_timeout(l, 40000, "{s:s, s:s, s:s}", "op", "proclaim", "lease",
+	                              lb_str(g, "lease"), "value", "x"),
+	              "not_held");
+	for (int i = 0; i < 2; i++)
+		kill(lb_redis_pid(m[i]), SIGCONT);
+
+	json_t *g2 = NULL;
+	for (int64_t end = lb_now_ms() + 10000; !g2 || !lb_is_ok(g2); lb_sleep_ms(100)) {
+		cr_assert_lt(lb_now_ms(), end, "no new leader: %s", g2 ? lb_dump(g2) : "-");
+		g2 = campaign(c, name, "new");
+	}
+	cr_assert_gt(lb_int(g2, "fence"), lb_int(g, "fence"));
+	bool shown = false;
+	for (int64_t end = lb_now_ms() + 5000; !shown && lb_now_ms() < end;) {
+		json_t *e = lb_next_event(w, 500);
+		if (!e)
+			continue;
+		json_t *h = json_array_get(lb_get(e, "holders"), 0);
+		shown = h && json_is_string(json_object_get(h, "value")) && strcmp(lb_str(h, "value"), "new") == 0 &&
+		        lb_int(e, "fence") == lb_int(g2, "fence");
+	}
+	cr_assert(shown, "the watcher was not shown the new leader");
+	lb_end();
+}
