@@ -286,6 +286,10 @@ typedef struct lbc_acquire_opts {
 	lbc_cancel_t *cancel;   /* NULL, or a token that gives the wait up: the
 	                           acquire answers LBC_CANCELLED (a grant that crossed
 	                           the cancel is released) */
+	const char *value;      /* NULL: none; an exclusive holder's value (an
+	                           election's leader's address): inspect shows it */
+	int64_t lock_delay_ms;  /* 0: none; ended without a release (session end,
+	                           lost, TTL), the lock stays held back this long */
 } lbc_acquire_opts_t;
 
 /* Acquires lock name. LBC_OK with *out (the caller's: lbc_release it), or
@@ -358,6 +362,7 @@ typedef struct lbc_holder {
 	int64_t count;
 	char *owner;
 	char *client;
+	char *value; /* an exclusive holder's value, NULL for none */
 } lbc_holder_t;
 
 typedef struct lbc_lock_info {

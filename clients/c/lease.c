@@ -279,6 +279,10 @@ lbc_status lbc_acquire(lbc_client_t *c, const char *name, const lbc_acquire_opts
 		lbc_jw_kbool(&w, "detach", true);
 	if (o.max_hold_ms > 0)
 		lbc_jw_kint(&w, "max_hold_ms", o.max_hold_ms);
+	if (o.value)
+		lbc_jw_kstr(&w, "value", o.value);
+	if (o.lock_delay_ms > 0)
+		lbc_jw_kint(&w, "lock_delay_ms", o.lock_delay_ms);
 	lbc_jw_kstr(&w, "owner", owner);
 	lbc_req_finish(&w);
 

@@ -88,6 +88,8 @@ lbc_status lbc_inspect(lbc_client_t *c, const char *name, lbc_lock_info_t **out,
 			(void)lbc_json_int(d, k, "count", &h->count);
 			h->owner = dup_or_empty(lbc_json_str(d, k, "owner", NULL));
 			h->client = dup_or_empty(lbc_json_str(d, k, "client", NULL));
+			if ((s = lbc_json_str(d, k, "value", NULL)))
+				h->value = dup_or_empty(s);
 		}
 		info->n_holders = i;
 	}
@@ -103,6 +105,7 @@ void lbc_lock_info_free(lbc_lock_info_t *info)
 	for (size_t i = 0; i < info->n_holders; i++) {
 		free(info->holders[i].owner);
 		free(info->holders[i].client);
+		free(info->holders[i].value);
 	}
 	free(info->holders);
 	free(info->lock);

@@ -102,6 +102,8 @@ lbc_acquire_opts_t lc_acquire_opts(const lc_lock_opts_t *o)
 		.detach = o->detach,
 		.max_hold_ms = o->max_hold_ms < 0 ? 0 : o->max_hold_ms,
 		.owner = "", /* the protocol's default owner: one acquire per session */
+		.value = o->value,
+		.lock_delay_ms = o->lock_delay_ms,
 	};
 }
 
@@ -123,6 +125,10 @@ char *lc_acquire_fields(const lc_lock_opts_t *o)
 		json_object_set_new(f, "max_hold_ms", json_integer(o->max_hold_ms));
 	if (o->detach)
 		json_object_set_new(f, "detach", json_true());
+	if (o->value)
+		json_object_set_new(f, "value", json_string(o->value));
+	if (o->lock_delay_ms > 0)
+		json_object_set_new(f, "lock_delay_ms", json_integer(o->lock_delay_ms));
 	s = json_dumps(f, JSON_COMPACT);
 	REQUIRE(s != NULL);
 	json_decref(f);

@@ -27,6 +27,7 @@
  * was killed by signal N, 126/127 when it could not be executed / found. */
 enum {
 	LC_EXIT_OK = 0,
+	LC_EXIT_NOLEADER = 3,     /* leader: nobody leads the election now */
 	LC_EXIT_USAGE = 64,       /* EX_USAGE: bad option, duration, auth file */
 	LC_EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: no broker, connection lost,
 	                             Redis down (unavailable), shutting_down */
@@ -90,6 +91,8 @@ typedef struct lc_lock_opts {
 	int64_t max_hold_ms;   /* -1: no cap */
 	bool detach;
 	int64_t kill_after_ms; /* run: SIGTERM -> SIGKILL grace */
+	const char *value;     /* --value (elect: the leader's), or NULL */
+	int64_t lock_delay_ms; /* --lock-delay, 0: none */
 } lc_lock_opts_t;
 
 /* The lbc options for o. */

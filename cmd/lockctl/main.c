@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <time.h>
 
@@ -48,6 +49,20 @@ static const char usage_text[] =
 "      COMMAND shares its group (it needs the terminal) and only COMMAND\n"
 "      itself is signalled. If lockctl itself dies, COMMAND gets SIGTERM\n"
 "      (Linux). The lease token is never put in the environment.\n"
+"  elect --value VALUE [LOCK OPTIONS] [--kill-after DURATION] NAME [--]\n"
+"        COMMAND [ARGS...]\n"
+"      Campaign in the election NAME (an exclusive lock whose holder\n"
+"      publishes VALUE, e.g. its address), and run COMMAND while this\n"
+"      process leads, as run does: the term (the fencing token) is in\n"
+"      LOCKBROKER_FENCE; when leadership is lost COMMAND is stopped and\n"
+"      lockctl exits 75. Waits until elected unless --wait / --no-wait.\n"
+"  leader NAME\n"
+"      Print who leads the election NAME: its value and its term; exit 3\n"
+"      when nobody leads.\n"
+"  watch NAME\n"
+"      Print the lock's state as one JSON line, then one JSON line (the\n"
+"      broker's `changed` event) each time it changes, until interrupted\n"
+"      or the connection is lost (exit 69).\n"
 "  acquire --detach [LOCK OPTIONS] NAME\n"
 "      Acquire a detached lease, which outlives lockctl and ends only by\n"
 "      release, by its TTL (unless extended) or by --max-hold, and print its\n"
@@ -97,8 +112,13 @@ static const char usage_text[] =
 "                       broker's, 30s); run's lease is renewed every TTL/3\n"
 "  --max-hold DURATION  end the lease this long after its grant, however\n"
 "                       often renewed, 100ms..24h\n"
-"  --kill-after DURATION  (run) SIGTERM to SIGKILL grace when the lease is\n"
-"                       lost (default 5s)\n"
+"  --kill-after DURATION  (run, elect) SIGTERM to SIGKILL grace when the\n"
+"                       lease is lost (default 5s)\n"
+"  --value VALUE        the holder's value (elect: the leader's; an\n"
+"                       exclusive lock only), at most 4096 bytes\n"
+"  --lock-delay DURATION  when the lease ends without a release (lockctl\n"
+"                       killed, the broker lost), nobody gets the lock for\n"
+"                       this long, 0..10m\n"
 "\n"
 "Durations are a number and a unit: 500ms, 30s, 1.5s, 5m, 1h. A number\n"
 "without a unit is rejected (seconds or milliseconds?), except 0.\n"
@@ -109,6 +129,7 @@ static const char usage_text[] =
 "\n"
 "Exit status:\n"
 "  0      success; for run, COMMAND's own exit status\n"
+"  3      leader: nobody leads the election\n"
 "  128+N  run: COMMAND was killed by signal N, or lockctl got signal N\n"
 "         while it waited for the lock\n"
 "  64     usage error: bad option, bad duration, unreadable --auth-file\n"
@@ -130,6 +151,8 @@ static const char usage_text[] =
 "      --wait 30s config -- cat /etc/app.conf\n"
 "  t=$(lockctl acquire --detach --ttl 10m deploy) && ... && lockctl release \"$t\"\n"
 "  lockctl --json inspect deploy\n"
+"  lockctl elect --value \"$(hostname):8080\" scheduler -- ./scheduler\n"
+"  lockctl leader scheduler; lockctl watch scheduler\n"
 "\n"
 "Environment: LOCKBROKER_URL (the broker when --broker is not given);\n"
 "LOCKBROKER_FENCE (set for COMMAND by run).\n";
@@ -274,11 +297,23 @@ static int lock_opt(lc_lock_opts_t *o, bool run, int argc, char **argv, int *i)
 	}
 	if (strcmp(name, "limit") != 0 && strcmp(name, "wait") != 0 &&
 	    strcmp(name, "ttl") != 0 && strcmp(name, "max-hold") != 0 &&
+	    strcmp(name, "value") != 0 && strcmp(name, "lock-delay") != 0 &&
 	    !(run && strcmp(name, "kill-after") == 0))
 		return 0;
 	if ((r = opt_value(argc, argv, i, eq ? eq + 1 : NULL, name, &val)) != 0)
 		return r;
-	if (strcmp(name, "limit") == 0) {
+	if (strcmp(name, "value") == 0) {
+		json_t *probe = json_string(val); /* NULL when not UTF-8 */
+		if (probe == NULL || strlen(val) > 4096) {
+			json_decref(probe);
+			return usage_error("bad --value (want UTF-8 text of at most 4096 bytes)%s", "");
+		}
+		json_decref(probe);
+		o->value = val;
+	} else if (strcmp(name, "lock-delay") == 0) {
+		if (lc_parse_duration(val, &o->lock_delay_ms) < 0 || o->lock_delay_ms > 600000)
+			return usage_error("bad --lock-delay %s (want a duration, 0..10m)", val);
+	} else if (strcmp(name, "limit") == 0) {
 		if (lc_parse_int(val, 1, 1000000, &o->limit) < 0)
 			return usage_error("bad --limit %s (want an integer 1..1000000)", val);
 	} else if (strcmp(name, "wait") == 0) {
@@ -465,12 +500,107 @@ static int cmd_inspect(const lc_global_t *g, const char *name)
 		const lbc_holder_t *h = &in->holders[i];
 		char mb[LC_MASK_BUF], ob[LC_MASK_BUF], cb[LC_MASK_BUF];
 
-		printf("  %-9s ttl %" PRId64 " ms, count %" PRId64 ", owner \"%s\", client \"%s\"\n",
+		printf("  %-9s ttl %" PRId64 " ms, count %" PRId64 ", owner \"%s\", client \"%s\"",
 		       lc_masked(h->mode, mb), h->ttl_ms, h->count, lc_masked(h->owner, ob),
 		       lc_masked(h->client, cb));
+		if (h->value)
+			printf(", value \"%s\"", lc_masked(h->value, mb));
+		printf("\n");
 	}
 	lbc_lock_info_free(in);
 	return 0;
+}
+
+/* leader: the exclusive holder's value and term, from inspect. */
+static int cmd_leader(const lc_global_t *g, const char *name)
+{
+	lbc_client_t *c;
+	lbc_lock_info_t *in;
+	lbc_error_t err;
+	lbc_status st;
+	char b[LC_MASK_BUF];
+	int r;
+
+	if (g->json) {
+		char *line = NULL;
+		json_t *j;
+		bool leads;
+		if ((r = one_request(g, "inspect", fields_text(json_pack("{s:s}", "lock", name)), NULL,
+		                     &line)) != 0)
+			return r;
+		j = json_loads(line, 0, NULL);
+		leads = j && json_is_string(json_object_get(j, "state")) &&
+		        strcmp(json_string_value(json_object_get(j, "state")), "exclusive") == 0;
+		json_decref(j);
+		free(line);
+		return leads ? 0 : LC_EXIT_NOLEADER;
+	}
+	if ((r = lc_connect(g, NULL, NULL, &c)) != 0)
+		return r;
+	st = lbc_inspect(c, name, &in, &err);
+	lbc_close(c);
+	if (st != LBC_OK)
+		return lc_fail("leader", &err, -1);
+	if (strcmp(in->state, "exclusive") != 0 || in->n_holders == 0) {
+		lc_err("%s: nobody leads (state %s)", lc_masked(name, b), in->state);
+		lbc_lock_info_free(in);
+		return LC_EXIT_NOLEADER;
+	}
+	printf("leader: %s\n", in->holders[0].value ? lc_masked(in->holders[0].value, b) : "(no value)");
+	printf("term:   %" PRId64 "\n", in->fence);
+	printf("client: %s\n", lc_masked(in->holders[0].client, b));
+	lbc_lock_info_free(in);
+	return 0;
+}
+
+/* watch: the state, then each `changed` event, one JSON line each. */
+static void on_watch_event(void *arg, const lbc_event_t *ev)
+{
+	bool *gone = arg;
+
+	if (ev->type == LBC_EVENT_OTHER && ev->name && strcmp(ev->name, "changed") == 0 && ev->line) {
+		printf("%s\n", ev->line);
+		fflush(stdout);
+	} else if (ev->type == LBC_EVENT_DISCONNECTED || ev->type == LBC_EVENT_CLOSING) {
+		*gone = true;
+	}
+}
+
+static int cmd_watch(const lc_global_t *g, const char *name)
+{
+	lbc_client_t *c;
+	lbc_error_t err;
+	lbc_status st;
+	char *line = NULL, *fields = fields_text(json_pack("{s:s}", "lock", name));
+	bool gone = false;
+	int r;
+
+	if ((r = lc_connect(g, on_watch_event, &gone, &c)) != 0) {
+		free(fields);
+		return r;
+	}
+	st = lbc_request(c, "watch", fields, &line, &err);
+	free(fields);
+	if (st != LBC_OK) {
+		free(line);
+		lbc_close(c);
+		return lc_fail("watch", &err, -1);
+	}
+	printf("%s\n", line);
+	fflush(stdout);
+	free(line);
+	/* poll(2) on the client's socket, then what arrived at once: each
+	 * change is printed when it comes (lbc_poll hands events over when it
+	 * returns). */
+	while (!gone) {
+		struct pollfd p = {.fd = lbc_fd(c), .events = POLLIN};
+		(void)poll(&p, 1, 1000);
+		if (lbc_poll(c, 0, &err) < 0)
+			break;
+	}
+	lbc_close(c);
+	lc_err("watch: the connection to the broker was lost");
+	return LC_EXIT_UNAVAILABLE;
 }
 
 /* stats prints every counter the broker has (lbc_stats_t holds the common
@@ -613,13 +743,21 @@ static int dispatch(lc_global_t *g, int argc, char **argv)
 		return usage_error("no command given%s", NULL);
 	cmd = argv[i++];
 
-	if (strcmp(cmd, "run") == 0) {
+	if (strcmp(cmd, "run") == 0 || strcmp(cmd, "elect") == 0) {
 		if ((r = parse_sub(g, &o, true, true, argc, argv, &i, pos, 1, &npos)) != 0)
 			return r < 0 ? 0 : r;
 		if (npos < 1)
-			return usage_error("run needs a lock NAME and a COMMAND%s", NULL);
+			return usage_error("%s needs a lock NAME and a COMMAND", cmd);
 		if (i >= argc)
-			return usage_error("run needs a COMMAND after the lock name%s", NULL);
+			return usage_error("%s needs a COMMAND after the lock name", cmd);
+		if (cmd[0] == 'e' && (!o.value || o.shared || o.limit > 0))
+			return usage_error("elect needs --value VALUE, and takes no --shared or --limit%s",
+			                   "");
+	} else if (strcmp(cmd, "leader") == 0 || strcmp(cmd, "watch") == 0) {
+		if ((r = parse_sub(g, &o, false, false, argc, argv, &i, pos, 1, &npos)) != 0)
+			return r < 0 ? 0 : r;
+		if (npos != 1)
+			return usage_error("%s needs exactly one lock NAME", cmd);
 	} else if (strcmp(cmd, "acquire") == 0) {
 		if ((r = parse_sub(g, &o, true, false, argc, argv, &i, pos, 1, &npos)) != 0)
 			return r < 0 ? 0 : r;
@@ -672,7 +810,8 @@ static int dispatch(lc_global_t *g, int argc, char **argv)
 
 	if (o.shared && o.limit > 0)
 		return usage_error("--shared and --limit exclude each other%s", NULL);
-	if ((strcmp(cmd, "run") == 0 || strcmp(cmd, "acquire") == 0) && pos[0][0] == '\0')
+	if ((strcmp(cmd, "run") == 0 || strcmp(cmd, "elect") == 0 || strcmp(cmd, "acquire") == 0) &&
+	    pos[0][0] == '\0')
 		return usage_error("the lock name is empty%s", NULL);
 	if (pos[0]) {
 		json_t *probe = json_string(pos[0]); /* NULL when not UTF-8 */
@@ -684,8 +823,12 @@ static int dispatch(lc_global_t *g, int argc, char **argv)
 	if (g->url == NULL)
 		g->url = lbc_default_url();
 
-	if (strcmp(cmd, "run") == 0)
+	if (strcmp(cmd, "run") == 0 || strcmp(cmd, "elect") == 0)
 		return lc_run(g, &o, argv + i);
+	if (strcmp(cmd, "leader") == 0)
+		return cmd_leader(g, pos[0]);
+	if (strcmp(cmd, "watch") == 0)
+		return cmd_watch(g, pos[0]);
 	if (strcmp(cmd, "acquire") == 0)
 		return cmd_acquire(g, &o);
 	if (strcmp(cmd, "release") == 0)

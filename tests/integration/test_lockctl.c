@@ -1440,3 +1440,89 @@ LB_TEST(lockctl, unreachable_broker, 30)
     close(fd);
     lb_end();
 }
+
+/* elect, leader and watch (issue 27, point 7): `elect` runs its command
+ * while this process leads, with the term in LOCKBROKER_FENCE, and a
+ * second candidate takes over (a new term) when the first one's command
+ * ends; `leader` says who leads (exit 3 when nobody does); `watch` prints
+ * one JSON line per change. */
+LB_TEST(lockctl, elect_leader_and_watch, 60)
+{
+    lb_redis *r;
+    lb_broker *b;
+    start_pair(&r, &b);
+    const char *u = tcp_url(b);
+    const char *fence1 = tmp_path("term1"), *go1 = tmp_path("go1");
+    const char *fence2 = tmp_path("term2"), *go2 = tmp_path("go2");
+    char cmd1[4 * PATH_MAX], cmd2[4 * PATH_MAX];
+    lc_result res;
+
+    EXPECT_STATUS(lc_do(&res, "--broker", u, "leader", "sched", NULL), 3);
+    cr_assert(strstr(res.err, "nobody leads"), "%s", res.err);
+    lc_proc w = lc_start("--broker", u, "watch", "sched", NULL);
+    char wo[65536] = "";
+    for (int64_t end = lb_now_ms() + 5000; !strchr(slurp(w.out, wo, sizeof(wo)), '\n'); lb_sleep_ms(20))
+        cr_assert_lt(lb_now_ms(), end, "watch printed nothing");
+
+    snprintf(cmd1, sizeof(cmd1), "echo \"$LOCKBROKER_FENCE\" >%s; while [ ! -e %s ]; do sleep 0.05; done",
+             fence1, go1);
+    snprintf(cmd2, sizeof(cmd2), "echo \"$LOCKBROKER_FENCE\" >%s; while [ ! -e %s ]; do sleep 0.05; done",
+             fence2, go2);
+    lc_proc p1 = lc_start("--broker", u, "elect", "--value", "10.0.0.1:80", "sched", "--", "sh", "-c",
+                          cmd1, NULL);
+    cr_assert(wait_file(fence1, 5000), "the first candidate does not lead");
+    lc_proc p2 = lc_start("--broker", u, "elect", "--value", "10.0.0.2:80", "sched", "--", "sh", "-c",
+                          cmd2, NULL);
+    lb_sleep_ms(300);
+    cr_assert(!file_exists(fence2), "two leaders");
+
+    EXPECT_STATUS(lc_do(&res, "--broker", u, "leader", "sched", NULL), 0);
+    cr_assert(strstr(res.out, "leader: 10.0.0.1:80\n"), "%s", res.out);
+    char term[64];
+    snprintf(term, sizeof(term), "term:   %lld\n", (long long)read_int_file(fence1));
+    cr_assert(strstr(res.out, term), "%s (want %s)", res.out, term);
+    EXPECT_STATUS(lc_do(&res, "--broker", u, "inspect", "sched", NULL), 0);
+    cr_assert(strstr(res.out, "value \"10.0.0.1:80\""), "%s", res.out);
+
+    touch(go1); /* the first leader's work ends: it resigns */
+    cr_assert_eq(lc_wait(&p1, 5000), 0);
+    cr_assert(wait_file(fence2, 5000), "the second candidate was not elected");
+    cr_assert_gt(read_int_file(fence2), read_int_file(fence1), "the term did not grow");
+    EXPECT_STATUS(lc_do(&res, "--broker", u, "--json", "leader", "sched", NULL), 0);
+    json_t *j = parse_json_out(&res);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(j, "holders"), 0),
+                                                       "value")),
+                     "10.0.0.2:80", "%s", res.out);
+    json_decref(j);
+    touch(go2);
+    cr_assert_eq(lc_wait(&p2, 5000), 0);
+    lb_sleep_ms(300);
+
+    /* the watcher saw: free, the first leader, the second, free again */
+    kill(w.pid, SIGTERM);
+    lc_wait(&w, 5000);
+    char out[65536];
+    slurp(w.out, out, sizeof(out));
+    const char *want[] = {"\"free\"", "10.0.0.1:80", "10.0.0.2:80", "\"free\""};
+    const char *at = out;
+    for (size_t k = 0; k < 4; k++) {
+        const char *f = strstr(at, want[k]);
+        cr_assert(f, "watch output lacks %s after the earlier ones:\n%s\n(stderr: %s)", want[k], out,
+                  slurp(w.err, wo, sizeof(wo)));
+        at = f + 1;
+    }
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *e = json_loads(line, 0, NULL);
+        cr_assert(e, "not a JSON line: %s", line);
+        json_decref(e);
+    }
+
+    /* usage */
+    EXPECT_STATUS(lc_do(&res, "--broker", u, "elect", "sched", "--", "true", NULL), 64);
+    EXPECT_STATUS(lc_do(&res, "--broker", u, "elect", "--value", "v", "--shared", "sched", "--", "true",
+                        NULL),
+                  64);
+    EXPECT_STATUS(lc_do(&res, "--broker", u, "leader", NULL), 64);
+    EXPECT_STATUS(lc_do(&res, "--broker", u, "run", "--lock-delay", "11m", "x", "--", "true", NULL), 64);
+    lb_end();
+}

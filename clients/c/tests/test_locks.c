@@ -321,3 +321,37 @@ Test(locks, raw_requests, .timeout = 10)
 	free(answer);
 	lbc_close(c);
 }
+
+/* A leader's value (issue 27): acquire's value shows in inspect; a plain
+ * holder has none (NULL); a value with a shared lock is the broker's
+ * invalid_argument. lock_delay_ms goes out too (a bad one is refused). */
+Test(locks, a_value_shows_in_inspect, .timeout = 10)
+{
+	lbc_client_t *c = must_connect(NEED_BROKER(), NULL);
+	char name[96], plain[96];
+	lbc_lease_t *l = must_acquire(c, unique_name(name, sizeof(name), "leader"),
+	                              &(lbc_acquire_opts_t){.wait_ms = LBC_NO_WAIT, .value = "10.0.0.9:80",
+	                                                    .lock_delay_ms = 100});
+	lbc_lease_t *p = must_acquire(c, unique_name(plain, sizeof(plain), "plain"), &try_once);
+	lbc_lock_info_t *info;
+	lbc_lease_t *x = NULL;
+	lbc_error_t err;
+
+	cr_assert_eq(lbc_inspect(c, name, &info, NULL), LBC_OK);
+	cr_assert_str_eq(info->holders[0].value, "10.0.0.9:80");
+	lbc_lock_info_free(info);
+	cr_assert_eq(lbc_inspect(c, plain, &info, NULL), LBC_OK);
+	cr_assert_null(info->holders[0].value);
+	lbc_lock_info_free(info);
+	cr_assert_eq(lbc_acquire(c, "lbc-shared-value",
+	                         &(lbc_acquire_opts_t){.mode = LBC_SHARED, .value = "v", .wait_ms = LBC_NO_WAIT},
+	                         &x, &err),
+	             LBC_INVALID_ARGUMENT);
+	cr_assert_eq(lbc_acquire(c, "lbc-bad-delay",
+	                         &(lbc_acquire_opts_t){.lock_delay_ms = 600001, .wait_ms = LBC_NO_WAIT}, &x,
+	                         &err),
+	             LBC_INVALID_ARGUMENT);
+	cr_assert_eq(lbc_release(c, l, NULL, NULL), LBC_OK);
+	cr_assert_eq(lbc_release(c, p, NULL, NULL), LBC_OK);
+	lbc_close(c);
+}
