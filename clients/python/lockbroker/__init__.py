@@ -19,7 +19,7 @@ See README.md beside this package for the API reference.
 from ._core import __version__, current_owner
 from ._wire import default_url
 from .aio import AsyncClient, AsyncLease
-from .client import CancelToken, Client, Lease
+from .client import CancelToken, Client, Election, Lease, Leader, Watch
 from .errors import (
     BadJson,
     BadRequest,
@@ -50,6 +50,9 @@ __all__ = [
     "Lease",
     "AsyncLease",
     "CancelToken",
+    "Election",
+    "Leader",
+    "Watch",
     "LockInfo",
     "Holder",
     "LeaseInfo",

@@ -338,13 +338,14 @@ class LeaseBase:
 
 
 def acquire_fields(name, mode, limit, ttl_ms, wait_ms, watchdog, owner, fair, detach,
-                   max_hold_ms) -> dict:
+                   max_hold_ms, value=None, lock_delay_ms=None) -> dict:
     """The acquire request's fields; absent (None) ones are left out and the
     broker applies its defaults and checks every value."""
     fields = {"lock": name}
     for key, value in (("mode", mode), ("limit", limit), ("ttl_ms", ttl_ms),
                        ("wait_ms", wait_ms), ("watchdog", watchdog), ("owner", owner),
-                       ("fair", fair), ("max_hold_ms", max_hold_ms)):
+                       ("fair", fair), ("max_hold_ms", max_hold_ms), ("value", value),
+                       ("lock_delay_ms", lock_delay_ms)):
         if value is not None:
             fields[key] = value
     if detach:
@@ -387,6 +388,9 @@ class ClientCore:
         self._mu = threading.Lock()
         self._ids = itertools.count(1)
         self._leases: dict[str, LeaseState] = {}
+        # watch id -> (session, sink): sink(msg) gets the watch's `changed`
+        # events, sink(None) when its session ended (called on the reader)
+        self._watches: dict = {}
         self._current: Session | None = None
         self._closed = False
         self._backoff = Backoff()
@@ -608,26 +612,44 @@ class ClientCore:
 
     def _on_success(self, session, pending, msg, posts):
         op = pending.op
+        if op == "acquire_all":
+            handles = []
+            for entry in msg.get("leases") or ():
+                handles.append(self._granted(session, pending, entry, posts))
+            return handles
+        if op == "watch":
+            sink = pending.meta
+            self._watches[msg.get("watch")] = (session, sink)
+            sink(msg)
+            return msg
         if op == "acquire":
-            token = msg.get("lease")
-            meta = pending.meta
-            state = self._leases.get(token)
-            if state is None or state.done or state.lost_reason is not None:
-                state = LeaseState(token, msg.get("lock", meta.name), msg.get("mode"),
-                                   msg.get("fence"), msg.get("ttl_ms"), msg.get("count"),
-                                   meta.detached, meta.owner, session)
-                self._leases[token] = state
-            else:
-                state.count = msg.get("count")
-                state.ttl_ms = msg.get("ttl_ms", state.ttl_ms)
-            self._count_ttl(state, state.ttl_ms)
-            if pending.abandoned:
-                posts.append((self._send_nowait, (session, "release", {"lease": token})))
-                return None
-            handle = self._lease_class(self, state, msg.get("count"))
-            if meta.on_lost is not None:
-                state.watchers.append((handle, meta.on_lost))
-            return handle
+            return self._granted(session, pending, msg, posts)
+        return self._on_other_success(pending, msg)
+
+    def _granted(self, session, pending, msg, posts):
+        """A grant in an acquire's (or acquire_all's) answer: its lease."""
+        token = msg.get("lease")
+        meta = pending.meta
+        state = self._leases.get(token)
+        if state is None or state.done or state.lost_reason is not None:
+            state = LeaseState(token, msg.get("lock", meta.name), msg.get("mode"),
+                               msg.get("fence"), msg.get("ttl_ms"), msg.get("count"),
+                               meta.detached, meta.owner, session)
+            self._leases[token] = state
+        else:
+            state.count = msg.get("count")
+            state.ttl_ms = msg.get("ttl_ms", state.ttl_ms)
+        self._count_ttl(state, state.ttl_ms)
+        if pending.abandoned:
+            posts.append((self._send_nowait, (session, "release", {"lease": token})))
+            return None
+        handle = self._lease_class(self, state, msg.get("count"))
+        if meta.on_lost is not None:
+            state.watchers.append((handle, meta.on_lost))
+        return handle
+
+    def _on_other_success(self, pending, msg):
+        op = pending.op
         if op == "release":
             state = self._leases.get(pending.fields.get("lease"))
             count = msg.get("count")
@@ -652,6 +674,11 @@ class ClientCore:
                 calls = self._lose(state, str(msg.get("reason") or "unknown")) if state else []
             for fn, args in calls:
                 self._post(fn, *args)
+        elif event == "changed":
+            with self._mu:
+                entry = self._watches.get(msg.get("watch"))
+            if entry is not None and entry[0] is session:
+                entry[1](msg)
         elif event == "closing":
             session.closing_reason = str(msg.get("reason"))
         # Other events need nothing: after "shutdown" the broker refuses new
@@ -708,6 +735,10 @@ class ClientCore:
             for state in list(self._leases.values()):
                 if state.session is session and not state.detached:
                     calls.extend(self._lose(state, session.end_reason))
+            for wid, (s, sink) in list(self._watches.items()):
+                if s is session:
+                    del self._watches[wid]
+                    calls.append((sink, (None,)))
         for fn, args in calls:
             self._post(fn, *args)
 

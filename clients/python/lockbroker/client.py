@@ -52,7 +52,7 @@ from ._wire import LineBuffer
 from .errors import Cancelled, Disconnected, LeaseLost, LockbrokerError, NotHeld
 from .info import LeaseInfo, LockInfo, strip
 
-__all__ = ["Client", "Lease", "CancelToken"]
+__all__ = ["Client", "Lease", "CancelToken", "Watch", "Election", "Leader"]
 
 # What one recv asks for: under glibc's mmap threshold (128 KiB), since a
 # bigger buffer is mmap'ed, shrunk and unmapped on every recv (three system
@@ -125,6 +125,11 @@ class Lease(LeaseBase):
         reply = self._lease_call("extend", {"lease": self.token, "ttl_ms": ttl_ms})
         return reply.get("ttl_ms")
 
+    def proclaim(self, value: str) -> int:
+        """Publishes a new value (an election's leader's address) without a
+        new term; returns the fence, which stays the term."""
+        return self._lease_call("proclaim", {"lease": self.token, "value": value}).get("fence")
+
     def _lease_call(self, op: str, fields: dict) -> dict:
         self._usable()
         st = self._state
@@ -167,6 +172,140 @@ class _LockScope:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         return self._lease.__exit__(exc_type, exc, tb)
+
+
+class Watch:
+    """``for info in client.watch(name):`` the lock's state (a
+    :class:`LockInfo`), then one per change, heard from Redis through the
+    broker (the broker's ``watch``). It survives a dropped connection or a
+    broker restart: it watches again (with backoff) and goes on with the
+    state read afresh. ``close()`` (or leaving ``with``) ends it; iterating
+    then stops. ``next(watch, timeout)``-style waits: :meth:`get`."""
+
+    _RETRY_CAP = 2.0
+
+    def __init__(self, client: "Client", name: str):
+        self._client = client
+        self.name = name
+        self._q: "queue.Queue" = queue.Queue()
+        self._id = None
+        self._closed = False
+        self._pending_state = None
+        self._start()
+
+    def _start(self) -> None:
+        reply = self._client._call("watch", {"lock": self.name}, meta=self._q.put)
+        self._id = reply.get("watch")
+
+    def get(self, timeout: float | None = None) -> "LockInfo | None":
+        """The next state, waiting up to ``timeout`` seconds (None: until
+        one comes); None when none came in time or the watch is closed."""
+        delay = 0.05
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self._closed:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            try:
+                msg = self._q.get(timeout=left)
+            except queue.Empty:
+                return None
+            if msg is not None:
+                return LockInfo.from_wire(msg)
+            # the session ended: watch again on a new one
+            while not self._closed:
+                try:
+                    self._start()
+                    break
+                except (Disconnected, LockbrokerError):
+                    if end is not None and time.monotonic() + delay > end:
+                        return None
+                    time.sleep(delay)
+                    delay = min(delay * 2, self._RETRY_CAP)
+        return None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> "LockInfo":
+        info = self.get()
+        if info is None:
+            raise StopIteration
+        return info
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._q.put(None)
+        try:
+            self._client._call("unwatch", {"watch": self._id})
+        except LockbrokerError:
+            pass  # gone with its session already
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.close()
+        return False
+
+
+class Leader:
+    """Who leads an election: its published ``value``, its ``term`` (the
+    fence) and its ``client`` label."""
+
+    __slots__ = ("value", "term", "client")
+
+    def __init__(self, value, term, client):
+        self.value, self.term, self.client = value, term, client
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Leader) and (self.value, self.term) == (other.value, other.term)
+
+    def __repr__(self) -> str:
+        return f"Leader(value={self.value!r}, term={self.term})"
+
+    @classmethod
+    def of(cls, info: "LockInfo") -> "Leader | None":
+        h = info.leader
+        return cls(h.value, info.fence, h.client) if h is not None else None
+
+
+class Election:
+    """Leader election on one lock, in the manner of etcd's
+    ``concurrency.Election``::
+
+        with client.election("scheduler").campaign("10.0.0.7:8080") as term:
+            ...  # leading; term.fence is the term; LeaseLost when it ends
+
+    """
+
+    def __init__(self, client: "Client", name: str):
+        self._client = client
+        self.name = name
+
+    def campaign(self, value: str, **kwargs) -> "_LockScope":
+        """A context manager that waits until this caller leads (``wait_ms``
+        may bound it), publishing ``value``; leaving it resigns, and raises
+        :class:`LeaseLost` if leadership was lost meanwhile. Inside,
+        ``lease.proclaim(v)`` publishes another value in the same term."""
+        kwargs["value"] = value
+        return _LockScope(self._client, self.name, kwargs)
+
+    def leader(self) -> "Leader | None":
+        """Who leads now (from ``inspect``), or None."""
+        return Leader.of(self._client.inspect(self.name))
+
+    def observe(self):
+        """Yields the leader (or None) now, then each time it changes: a new
+        term or a new value. Survives reconnects (see :class:`Watch`);
+        close the generator to stop."""
+        last = object()
+        with self._client.watch(self.name) as w:
+            for info in w:
+                cur = Leader.of(info)
+                if cur != last:
+                    last = cur
+                    yield cur
 
 
 class _SyncSession(Session):
@@ -273,13 +412,17 @@ class Client(ClientCore):
                 watchdog: bool | None = None, owner: str | None = None,
                 fair: bool | None = None, detach: bool = False,
                 max_hold_ms: int | None = None, on_lost=None,
-                cancel: CancelToken | None = None) -> Lease:
+                cancel: CancelToken | None = None, value: str | None = None,
+                lock_delay_ms: int | None = None) -> Lease:
         """Acquires lock ``name``; returns its :class:`Lease`.
 
         ``mode`` "exclusive" (default) or "shared"; ``limit`` makes the name a
         semaphore with that many permits; ``wait_ms`` None waits until
         granted, 0 tries once; ``ttl_ms``, ``watchdog``, ``fair``, ``detach``,
-        ``max_hold_ms`` as in the protocol (None: the broker's default).
+        ``max_hold_ms`` as in the protocol (None: the broker's default);
+        ``value`` an exclusive holder's published value (an election's
+        leader's), ``lock_delay_ms`` how long the lock stays held back when
+        the lease ends without a release.
         ``on_lost(lease)`` is called once if the lease is lost. ``cancel`` is a
         :class:`CancelToken` that cancels the wait. Raises
         :class:`LockTimeout` when ``wait_ms`` ran out, :class:`Cancelled`, and
@@ -289,9 +432,40 @@ class Client(ClientCore):
         """
         owner = self._owner_for(owner)
         fields = acquire_fields(name, mode, limit, ttl_ms, wait_ms, watchdog, owner, fair,
-                                detach, max_hold_ms)
+                                detach, max_hold_ms, value, lock_delay_ms)
         meta = AcquireMeta(name, bool(detach), owner, on_lost)
         return self._call("acquire", fields, meta=meta, cancel=cancel)
+
+    def lock_all(self, locks, *, ttl_ms: int | None = None, wait_ms: int | None = None,
+                 watchdog: bool | None = None, owner: str | None = None,
+                 fair: bool | None = None, detach: bool = False,
+                 max_hold_ms: int | None = None, lock_delay_ms: int | None = None,
+                 on_lost=None) -> list[Lease]:
+        """Acquires every lock of ``locks`` or none (``acquire_all``): names,
+        or dicts ``{"lock": name, "mode": ..., "limit": ...}``. Returns the
+        leases in that order. The broker takes them in one total order, so
+        two callers asking overlapping sets in any order never deadlock;
+        on a timeout (:class:`LockTimeout`) or any error it gave back what
+        it took."""
+        owner = self._owner_for(owner)
+        entries = [{"lock": x} if isinstance(x, str) else dict(x) for x in locks]
+        fields = acquire_fields(None, None, None, ttl_ms, wait_ms, watchdog, owner, fair,
+                                detach, max_hold_ms, None, lock_delay_ms)
+        del fields["lock"]
+        fields["locks"] = entries
+        meta = AcquireMeta(None, bool(detach), owner, on_lost)
+        return self._call("acquire_all", fields, meta=meta)
+
+    def watch(self, name: str) -> "Watch":
+        """Watches lock ``name``: iterate the returned :class:`Watch` for
+        its state, then one :class:`LockInfo` per change."""
+        return Watch(self, name)
+
+    def election(self, name: str) -> "Election":
+        """The election ``name`` (an exclusive lock whose holder publishes
+        a value): :meth:`Election.campaign`, :meth:`Election.leader`,
+        :meth:`Election.observe`."""
+        return Election(self, name)
 
     def lock(self, name: str, **kwargs) -> _LockScope:
         """``with client.lock(name, ...) as lease:`` acquires (same arguments

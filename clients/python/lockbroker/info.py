@@ -27,13 +27,14 @@ class Holder:
     owner: str
     client: str
     extra: dict = field(default_factory=dict, repr=False)
+    value: str | None = None  # an exclusive holder's value (an election's leader's)
 
-    _KNOWN = ("mode", "ttl_ms", "count", "owner", "client")
+    _KNOWN = ("mode", "ttl_ms", "count", "owner", "client", "value")
 
     @classmethod
     def from_wire(cls, h: dict) -> "Holder":
         return cls(h.get("mode"), h.get("ttl_ms"), h.get("count"), h.get("owner", ""),
-                   h.get("client", ""), _extra(h, cls._KNOWN))
+                   h.get("client", ""), _extra(h, cls._KNOWN), h.get("value"))
 
 
 @dataclass(frozen=True)
@@ -53,14 +54,24 @@ class LockInfo:
     waiters: int
     fence: int | None
     extra: dict = field(default_factory=dict, repr=False)
+    delay_ms: int = 0  # "delayed": how long a lock delay still holds it back
 
-    _KNOWN = ("id", "ok", "lock", "state", "limit", "holders", "waiters", "fence")
+    _KNOWN = ("id", "ok", "lock", "state", "limit", "holders", "waiters", "fence", "event",
+              "watch", "delay_ms")
 
     @classmethod
     def from_wire(cls, r: dict) -> "LockInfo":
         return cls(r.get("lock"), r.get("state"), r.get("limit"),
                    [Holder.from_wire(h) for h in r.get("holders") or ()],
-                   r.get("waiters", 0), r.get("fence"), _extra(r, cls._KNOWN))
+                   r.get("waiters", 0), r.get("fence"), _extra(r, cls._KNOWN),
+                   r.get("delay_ms", 0))
+
+    @property
+    def leader(self) -> "Holder | None":
+        """The exclusive holder (an election's leader), or None."""
+        if self.state == "exclusive" and self.holders:
+            return self.holders[0]
+        return None
 
 
 @dataclass(frozen=True)
