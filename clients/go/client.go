@@ -290,21 +290,24 @@ func (c *Client) Ping(ctx context.Context) (string, error) {
 
 // Holder is one holder of a lock, as inspect shows it.
 type Holder struct {
-	Mode   string        // "exclusive", "shared" or "permit"
-	TTL    time.Duration // remaining lifetime
-	Count  int           // reentrancy count
-	Owner  string        // the holder's owner label
-	Client string        // the holder's client label
+	Mode     string        // "exclusive", "shared" or "permit"
+	TTL      time.Duration // remaining lifetime
+	Count    int           // reentrancy count
+	Owner    string        // the holder's owner label
+	Client   string        // the holder's client label
+	Value    string        // an exclusive holder's published value (see Value)
+	HasValue bool          // whether it has one ("" is a value)
 }
 
-// LockInfo is the state of a lock (Inspect).
+// LockInfo is the state of a lock (Inspect, Watch).
 type LockInfo struct {
 	Lock    string
-	State   string // "free", "exclusive", "shared" or "semaphore"
+	State   string // "free", "exclusive", "shared", "semaphore" or "delayed"
 	Limit   int    // a semaphore's permits; 0 for a lock
 	Holders []Holder
-	Waiters int   // pending acquires on every broker
-	Fence   int64 // the last fence issued, 0 when Redis no longer keeps it
+	Waiters int           // pending acquires on every broker
+	Fence   int64         // the last fence issued, 0 when Redis no longer keeps it
+	Delay   time.Duration // "delayed": how long a lock delay still holds it back
 }
 
 // Inspect returns the state of a lock. It never reveals lease tokens.
@@ -316,29 +319,45 @@ func (c *Client) Inspect(ctx context.Context, name string) (*LockInfo, error) {
 	if err := c.do(ctx, cl, lockReq{Op: "inspect", Lock: name}); err != nil {
 		return nil, err
 	}
+	info, err := parseLockInfo(cl.raw)
+	if err != nil {
+		return nil, fmt.Errorf("lockbroker: inspect: bad answer: %w", err)
+	}
+	return info, nil
+}
+
+// parseLockInfo reads what inspect, watch and the changed event show.
+func parseLockInfo(raw []byte) (*LockInfo, error) {
 	var r struct {
 		Lock    string `json:"lock"`
 		State   string `json:"state"`
 		Limit   int    `json:"limit"`
 		Holders []struct {
-			Mode   string `json:"mode"`
-			TTLMs  int64  `json:"ttl_ms"`
-			Count  int    `json:"count"`
-			Owner  string `json:"owner"`
-			Client string `json:"client"`
+			Mode   string  `json:"mode"`
+			TTLMs  int64   `json:"ttl_ms"`
+			Count  int     `json:"count"`
+			Owner  string  `json:"owner"`
+			Client string  `json:"client"`
+			Value  *string `json:"value"`
 		} `json:"holders"`
 		Waiters int   `json:"waiters"`
 		Fence   int64 `json:"fence"`
+		DelayMs int64 `json:"delay_ms"`
 	}
-	if err := json.Unmarshal(cl.raw, &r); err != nil {
-		return nil, fmt.Errorf("lockbroker: inspect: bad answer: %w", err)
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, err
 	}
-	info := &LockInfo{Lock: r.Lock, State: r.State, Limit: r.Limit, Waiters: r.Waiters, Fence: r.Fence}
+	info := &LockInfo{Lock: r.Lock, State: r.State, Limit: r.Limit, Waiters: r.Waiters, Fence: r.Fence,
+		Delay: time.Duration(r.DelayMs) * time.Millisecond}
 	for _, h := range r.Holders {
-		info.Holders = append(info.Holders, Holder{
+		hd := Holder{
 			Mode: h.Mode, TTL: time.Duration(h.TTLMs) * time.Millisecond,
 			Count: h.Count, Owner: h.Owner, Client: h.Client,
-		})
+		}
+		if h.Value != nil {
+			hd.Value, hd.HasValue = *h.Value, true
+		}
+		info.Holders = append(info.Holders, hd)
 	}
 	return info, nil
 }

@@ -276,6 +276,24 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) (time.Duration, e
 	return ttl, nil
 }
 
+// Proclaim publishes a new value with an exclusive lease (an election's
+// leader's) without a new term: it returns the fence, which stays the same.
+func (l *Lease) Proclaim(ctx context.Context, value string) (int64, error) {
+	if !utf8.ValidString(value) {
+		return 0, invalidArg("value is not valid UTF-8")
+	}
+	s, err := l.target(ctx)
+	if err != nil {
+		return 0, err
+	}
+	body, _ := json.Marshal(proclaimReq{Op: "proclaim", Lease: l.token, Value: value})
+	cl := &call{op: "proclaim", lock: l.name, lease: l}
+	if err := s.roundTrip(ctx, cl, body); err != nil {
+		return 0, l.settle(err)
+	}
+	return cl.r.Fence, nil
+}
+
 // Lock acquires the lock name and returns its lease. By default it waits
 // until the lock is granted (see Wait), exclusively (see Shared, Limit),
 // under an owner of its own (see WithOwner). When ctx ends first, Lock
@@ -292,7 +310,7 @@ func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Le
 	req := acquireReq{
 		Op: "acquire", Lock: name, Mode: o.mode, Limit: o.limit, TTLMs: o.ttl,
 		WaitMs: o.wait, Watchdog: o.watchdog, Fair: o.fair, Detach: o.detach,
-		MaxHoldMs: o.maxHold,
+		MaxHoldMs: o.maxHold, Value: o.value, LockDelay: o.delay,
 	}
 	if o.owner != nil {
 		if !utf8.ValidString(*o.owner) {

@@ -142,6 +142,22 @@ type lockOptions struct {
 	fair     *bool
 	detach   bool
 	maxHold  *int64
+	value    *string
+	delay    *int64
+}
+
+// Value publishes v with the lease (an exclusive lock only): an election's
+// leader's address or id, which Inspect, Watch and Election.Leader show.
+func Value(v string) LockOption {
+	return func(o *lockOptions) { o.value = &v }
+}
+
+// LockDelay keeps the lock from every new holder for d after the lease
+// ends without a release (its session ended, it was lost, its TTL ran out
+// with the holder's broker dead): its last writes may still be draining.
+// A Release frees the lock at once. 0..10m.
+func LockDelay(d time.Duration) LockOption {
+	return func(o *lockOptions) { v := millis(d); o.delay = &v }
 }
 
 // TTL sets the lease's lifetime in Redis (100ms..24h; the broker's default

@@ -59,6 +59,9 @@ type call struct {
 	lease *Lease
 
 	wantRaw bool
+	// Set for watch: where the reader sends the watch's `changed` lines,
+	// from its answer on (closed when the session ends).
+	watchCh chan []byte
 	done    chan struct{} // closed by the reader once the fields below are set
 	r       reply
 	raw     []byte
@@ -91,6 +94,7 @@ type session struct {
 
 	mu      sync.Mutex
 	pending map[int64]*call
+	watches map[string]chan []byte // watch id -> its Watch's lines (reader only sends)
 	lastID  int64
 	dead    bool
 	err     error  // why the session ended, once dead
@@ -332,7 +336,7 @@ func (s *session) handle(line []byte) error {
 		return fmt.Errorf("bad line from the broker: %w", err)
 	}
 	if r.Event != "" {
-		s.event(&r)
+		s.event(&r, line)
 		return nil
 	}
 	id, ok := replyID(r.ID)
@@ -364,6 +368,14 @@ func (s *session) handle(line []byte) error {
 			if cl.lease != nil {
 				cl.lease.setCount(r.Count)
 			}
+		case "watch":
+			// registered before the next line is read: no event slips by
+			s.mu.Lock()
+			if s.watches == nil {
+				s.watches = make(map[string]chan []byte)
+			}
+			s.watches[r.Watch] = cl.watchCh
+			s.mu.Unlock()
 		}
 	}
 	s.mu.Lock()
@@ -379,8 +391,15 @@ func (s *session) handle(line []byte) error {
 }
 
 // event applies an event from the broker. Unknown events are ignored.
-func (s *session) event(r *reply) {
+func (s *session) event(r *reply, line []byte) {
 	switch r.Event {
+	case "changed":
+		s.mu.Lock()
+		ch := s.watches[r.Watch]
+		s.mu.Unlock()
+		if ch != nil {
+			offerLatest(ch, append([]byte(nil), line...))
+		}
 	case "lost":
 		if l := s.c.unlink(s, r.Lease); l != nil {
 			l.lose(r.Reason, nil)
@@ -414,6 +433,13 @@ func (s *session) teardown(readErr error) {
 	s.conn.Close()
 
 	s.c.dropSession(s)
+	s.mu.Lock()
+	watches := s.watches
+	s.watches = nil
+	s.mu.Unlock()
+	for _, ch := range watches {
+		close(ch) // its Watch watches again on the next session
+	}
 	for _, cl := range pending {
 		cl.err = s.err
 		s.mu.Lock()

@@ -83,6 +83,19 @@ type acquireReq struct {
 	Fair      *bool  `json:"fair,omitempty"`
 	Detach    bool   `json:"detach,omitempty"`
 	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
+	Value     *string `json:"value,omitempty"`
+	LockDelay *int64  `json:"lock_delay_ms,omitempty"`
+}
+
+type proclaimReq struct {
+	Op    string `json:"op"`
+	Lease string `json:"lease"`
+	Value string `json:"value"`
+}
+
+type unwatchReq struct {
+	Op    string `json:"op"`
+	Watch string `json:"watch"`
 }
 
 type leaseReq struct {
@@ -141,6 +154,7 @@ type reply struct {
 	Fence  int64           `json:"fence"`
 	TTLMs  int64           `json:"ttl_ms"`
 	Count  int             `json:"count"`
+	Watch  string          `json:"watch"`
 }
 
 // decodeReply decodes a line from the broker. A field of an unexpected

@@ -1,0 +1,235 @@
+package lockbroker
+
+// election.go - coordination beyond the mutex (the broker's "value",
+// "proclaim" and "watch"): Watch, a channel of a lock's states that
+// survives a dropped connection, and Election, leader election in the
+// manner of etcd's concurrency.Election (Campaign, Proclaim, Resign,
+// Leader, Observe).
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// ErrNoLeader is what Election.Leader returns when nobody leads.
+var ErrNoLeader = errors.New("lockbroker: the election has no leader")
+
+// offerLatest hands line to a watch's channel without blocking the reader:
+// when the Watch is behind, the oldest line waiting makes room (states
+// may be skipped, the latest is never lost).
+func offerLatest(ch chan []byte, line []byte) {
+	for {
+		select {
+		case ch <- line:
+			return
+		default:
+		}
+		select {
+		case <-ch:
+		default:
+		}
+	}
+}
+
+// startWatch sends watch on the current session: the state now, the
+// watch's id and the channel of its changed events (closed when the
+// session ends).
+func (c *Client) startWatch(ctx context.Context, name string) (*LockInfo, string, chan []byte, error) {
+	cl := &call{op: "watch", lock: name, wantRaw: true, watchCh: make(chan []byte, 64)}
+	if err := c.do(ctx, cl, lockReq{Op: "watch", Lock: name}); err != nil {
+		return nil, "", nil, err
+	}
+	info, err := parseLockInfo(cl.raw)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return info, cl.r.Watch, cl.watchCh, nil
+}
+
+// Watch watches lock name: the channel gets its state now, then its state
+// after each change (a grant, a release, an expiry, a proclaim, a loss),
+// heard from Redis through the broker; states may be skipped when the
+// reader is behind, never the latest. When the connection drops or the
+// broker restarts, Watch connects again (with the client's backoff) and
+// goes on with the state read afresh. The channel is closed when ctx
+// ends (the watch is ended at the broker too).
+func (c *Client) Watch(ctx context.Context, name string) (<-chan LockInfo, error) {
+	first, id, in, err := c.startWatch(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan LockInfo, 1)
+	go func() {
+		defer close(out)
+		send := func(info *LockInfo) bool {
+			select {
+			case out <- *info:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		if !send(first) {
+			return
+		}
+		delay := c.opts.backoffMin
+		for {
+			select {
+			case line, ok := <-in:
+				if ok {
+					if info, err := parseLockInfo(line); err == nil && !send(info) {
+						return
+					}
+					continue
+				}
+				// The session ended: watch again on the next one.
+				for {
+					select {
+					case <-time.After(delay):
+					case <-ctx.Done():
+						return
+					}
+					info, wid, ch, err := c.startWatch(ctx, name)
+					if err == nil {
+						in, id, delay = ch, wid, c.opts.backoffMin
+						if !send(info) {
+							return
+						}
+						break
+					}
+					if delay *= 2; delay > c.opts.backoffMax {
+						delay = c.opts.backoffMax
+					}
+				}
+			case <-ctx.Done():
+				c.endWatch(id)
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// endWatch ends watch id at the broker; best effort: a watch ends with
+// its session anyway (and a later session answers not_held).
+func (c *Client) endWatch(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = c.do(ctx, &call{op: "unwatch"}, unwatchReq{Op: "unwatch", Watch: id})
+}
+
+// Leader is who leads an election: its published value, its term (the
+// fence of its lease) and its client label.
+type Leader struct {
+	Value  string
+	Term   int64
+	Client string
+}
+
+func leaderOf(info *LockInfo) (Leader, bool) {
+	if info.State != "exclusive" || len(info.Holders) == 0 {
+		return Leader{}, false
+	}
+	h := info.Holders[0]
+	return Leader{Value: h.Value, Term: info.Fence, Client: h.Client}, true
+}
+
+// Election is leader election on one lock (an exclusive lock whose holder
+// publishes a value): the leader is the holder, the term is the fence.
+type Election struct {
+	c    *Client
+	name string
+
+	mu    sync.Mutex
+	lease *Lease
+}
+
+// Election returns the election name.
+func (c *Client) Election(name string) *Election {
+	return &Election{c: c, name: name}
+}
+
+// Campaign waits until this caller leads, publishing value (ctx and opts as
+// for Lock; Wait bounds it). Leadership ends with Resign, or when its lease
+// is lost: watch Lease().Lost().
+func (e *Election) Campaign(ctx context.Context, value string, opts ...LockOption) error {
+	l, err := e.c.Lock(ctx, e.name, append(opts, Value(value))...)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.lease = l
+	e.mu.Unlock()
+	return nil
+}
+
+// Lease is the leadership's lease (nil when this Election does not lead):
+// its Fence is the term, its Lost() channel closes when leadership is lost.
+func (e *Election) Lease() *Lease {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lease
+}
+
+// Proclaim publishes a new value in the same term.
+func (e *Election) Proclaim(ctx context.Context, value string) error {
+	l := e.Lease()
+	if l == nil {
+		return invalidArg("Proclaim: this Election does not lead")
+	}
+	_, err := l.Proclaim(ctx, value)
+	return err
+}
+
+// Resign ends this caller's leadership.
+func (e *Election) Resign(ctx context.Context) error {
+	e.mu.Lock()
+	l := e.lease
+	e.lease = nil
+	e.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	return l.Release(ctx)
+}
+
+// Leader returns who leads now, or ErrNoLeader.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	info, err := e.c.Inspect(ctx, e.name)
+	if err != nil {
+		return Leader{}, err
+	}
+	if l, ok := leaderOf(info); ok {
+		return l, nil
+	}
+	return Leader{}, ErrNoLeader
+}
+
+// Observe returns a channel of the leaders: the current one (if any), then
+// each new term or new value, until ctx ends (see Watch).
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	out := make(chan Leader)
+	go func() {
+		defer close(out)
+		states, err := e.c.Watch(ctx, e.name)
+		if err != nil {
+			return
+		}
+		var last Leader
+		have := false
+		for info := range states {
+			info := info
+			if l, ok := leaderOf(&info); ok && (!have || l.Value != last.Value || l.Term != last.Term) {
+				last, have = l, true
+				select {
+				case out <- l:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
+}

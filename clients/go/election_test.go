@@ -1,0 +1,103 @@
+package lockbroker
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// An election (issue 27): Campaign leads with a value, Proclaim keeps the
+// term, Leader and Observe show who leads, Resign hands over to a waiting
+// candidate in a higher term.
+func TestElectionCampaignObserveResign(t *testing.T) {
+	url := brokerURL(t)
+	a, b := dialTest(t, url), dialTest(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	name := lockName(t)
+	ea, eb := a.Election(name), b.Election(name)
+
+	if _, err := ea.Leader(ctx); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("Leader before any campaign: %v", err)
+	}
+	obs := eb.Observe(ctx)
+	if err := ea.Campaign(ctx, "a:1"); err != nil {
+		t.Fatal(err)
+	}
+	term := ea.Lease().Fence()
+	if l := <-obs; l.Value != "a:1" || l.Term != term {
+		t.Fatalf("observed %+v, want a:1 in term %d", l, term)
+	}
+	if err := ea.Proclaim(ctx, "a:2"); err != nil {
+		t.Fatal(err)
+	}
+	if l := <-obs; l.Value != "a:2" || l.Term != term {
+		t.Fatalf("observed %+v after the proclaim", l)
+	}
+	if l, err := eb.Leader(ctx); err != nil || l.Value != "a:2" {
+		t.Fatalf("Leader: %+v %v", l, err)
+	}
+	won := make(chan error, 1)
+	go func() { won <- eb.Campaign(ctx, "b:1") }()
+	select {
+	case err := <-won:
+		t.Fatalf("two leaders (%v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := ea.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-won; err != nil {
+		t.Fatal(err)
+	}
+	if l := <-obs; l.Value != "b:1" || l.Term <= term {
+		t.Fatalf("observed %+v, want b:1 in a term above %d", l, term)
+	}
+	if err := ea.Proclaim(ctx, "x"); err == nil {
+		t.Fatal("Proclaim without leading")
+	}
+}
+
+// Watch survives a broker restart: it watches again and goes on.
+func TestWatchAcrossABrokerRestart(t *testing.T) {
+	br := startBroker(t, "")
+	c, other := dialTest(t, br.url), dialTest(t, br.url)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := lockName(t)
+	states, err := c.Watch(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := <-states; s.State != "free" {
+		t.Fatalf("first state %+v", s)
+	}
+	l, err := other.Lock(ctx, name, Wait(0), Value("v"), LockDelay(0), TTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := <-states; s.State != "exclusive" || s.Fence != l.Fence() || s.Holders[0].Value != "v" {
+		t.Fatalf("after the grant: %+v", s)
+	}
+	br.kill()
+	br.start()
+	// a fresh state on the new session, then the changes made there
+	fresh := <-states
+	if fresh.Lock != name {
+		t.Fatalf("fresh state %+v", fresh)
+	}
+	if _, err := other.Lock(ctx, name+"-probe", Wait(0)); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := other.Lock(ctx, name, Wait(5*time.Second), Value("after"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range states {
+		if s.State == "exclusive" && s.Fence == l2.Fence() && s.Holders[0].Value == "after" {
+			return
+		}
+	}
+	t.Fatal("the grant after the restart was not seen")
+}
