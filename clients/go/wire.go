@@ -72,17 +72,17 @@ type helloReq struct {
 }
 
 type acquireReq struct {
-	Op        string `json:"op"`
-	Lock      string `json:"lock"`
-	Mode      string `json:"mode,omitempty"`
-	Limit     *int   `json:"limit,omitempty"`
-	TTLMs     *int64 `json:"ttl_ms,omitempty"`
-	WaitMs    *int64 `json:"wait_ms,omitempty"`
-	Watchdog  *bool  `json:"watchdog,omitempty"`
-	Owner     string `json:"owner"`
-	Fair      *bool  `json:"fair,omitempty"`
-	Detach    bool   `json:"detach,omitempty"`
-	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
+	Op        string  `json:"op"`
+	Lock      string  `json:"lock"`
+	Mode      string  `json:"mode,omitempty"`
+	Limit     *int    `json:"limit,omitempty"`
+	TTLMs     *int64  `json:"ttl_ms,omitempty"`
+	WaitMs    *int64  `json:"wait_ms,omitempty"`
+	Watchdog  *bool   `json:"watchdog,omitempty"`
+	Owner     string  `json:"owner"`
+	Fair      *bool   `json:"fair,omitempty"`
+	Detach    bool    `json:"detach,omitempty"`
+	MaxHoldMs *int64  `json:"max_hold_ms,omitempty"`
 	Value     *string `json:"value,omitempty"`
 	LockDelay *int64  `json:"lock_delay_ms,omitempty"`
 }
