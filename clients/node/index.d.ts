@@ -41,6 +41,10 @@ export interface AcquireOptions {
   fair?: boolean;
   detach?: boolean;
   maxHoldMs?: number;
+  /** An exclusive holder's published value (an election's leader's). */
+  value?: string;
+  /** Ended without a release, the lock stays held back this long. */
+  lockDelayMs?: number;
   /** Reentrancy identity; default: a fresh owner per call. */
   owner?: string;
   /** Re-enter the lock an enclosing withLock body of this client holds. */
@@ -72,6 +76,8 @@ export declare class Lease extends EventEmitter {
   release(): Promise<number>;
   /** Sets the remaining lifetime; resolves with the lifetime granted. */
   extend(ttlMs: number): Promise<number>;
+  /** A new value in the same term; resolves with the fence. */
+  proclaim(value: string): Promise<number>;
   on(event: 'lost', listener: (err: LeaseLostError) => void): this;
   once(event: 'lost', listener: (err: LeaseLostError) => void): this;
 }
@@ -97,9 +103,10 @@ export interface ServerInfo {
 
 export interface LockInfo {
   lock: string;
-  state: 'free' | 'exclusive' | 'shared' | 'semaphore';
+  state: 'free' | 'exclusive' | 'shared' | 'semaphore' | 'delayed';
   limit: number | null;
-  holders: Array<{ mode: string; ttlMs: number; count: number; owner: string; client: string }>;
+  holders: Array<{ mode: string; ttlMs: number; count: number; owner: string; client: string; value?: string }>;
+  delayMs?: number;
   waiters: number;
   fence: number | null;
   [key: string]: unknown;
@@ -144,6 +151,12 @@ export declare class Client extends EventEmitter {
   stats(): Promise<Stats>;
   ping(): Promise<{ redis: 'up' | 'down' }>;
   request(op: string, fields?: Record<string, unknown>): Promise<Record<string, unknown>>;
+  lockAll(
+    locks: Array<string | { lock: string; mode?: 'exclusive' | 'shared'; limit?: number }>,
+    opts?: Omit<AcquireOptions, 'mode' | 'limit' | 'value' | 'reentrant' | 'signal'>,
+  ): Promise<Lease[]>;
+  watch(name: string, opts?: { signal?: AbortSignal }): AsyncIterable<LockInfo>;
+  election(name: string): Election;
 
   on(event: 'lost', listener: (lease: Lease, err: LeaseLostError) => void): this;
   on(event: 'connect' | 'reconnect', listener: (info: ServerInfo) => void): this;
@@ -195,3 +208,16 @@ export declare class LeaseLostError extends LockbrokerError {
 
 export declare function errorFromWire(error: { code: string; message: string }): LockbrokerError;
 export declare const WIRE_CODES: ReadonlyArray<readonly [string, typeof LockbrokerError]>;
+
+export interface Leader {
+  value: string | null;
+  term: number;
+  client: string;
+}
+
+export class Election {
+  readonly name: string;
+  campaign(value: string, opts?: AcquireOptions): Promise<Lease>;
+  leader(): Promise<Leader | null>;
+  observe(opts?: { signal?: AbortSignal }): AsyncIterable<Leader>;
+}

@@ -7,7 +7,7 @@
  * addresses, framing.js: lines on the wire).
  */
 
-const { Client } = require('./lib/client');
+const { Client, Election } = require('./lib/client');
 const { Lease } = require('./lib/lease');
 const { parseUrl, defaultUrl } = require('./lib/url');
 const errors = require('./lib/errors');
@@ -22,6 +22,7 @@ async function connect(opts) {
 
 module.exports = {
   Client,
+  Election,
   Lease,
   connect,
   parseUrl,

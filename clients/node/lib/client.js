@@ -80,6 +80,8 @@ const ACQUIRE_FIELDS = [
   ['fair', 'fair'],
   ['detach', 'detach'],
   ['maxHoldMs', 'max_hold_ms'],
+  ['value', 'value'],
+  ['lockDelayMs', 'lock_delay_ms'],
 ];
 const ACQUIRE_OPTIONS = [...ACQUIRE_FIELDS.map(([k]) => k), 'owner', 'reentrant', 'signal'];
 
@@ -197,6 +199,7 @@ class Client extends EventEmitter {
     this._wake = null; // ends the loop's wait between attempts, or null
     this._closed = false;
     this._tracked = new Map(); // token -> Lease, every lease held
+    this._watches = new Map(); // watch id -> WatchQueue (watch, Election.observe)
     this._ownerSeq = 0;
     this._everConnected = false;
     this._backoffMs = this.backoffMinMs; // the next delay after a failure
@@ -328,6 +331,12 @@ class Client extends EventEmitter {
 
   _onSessionClose(session, err) {
     const reason = this._closed ? 'closed' : 'disconnected';
+    for (const [id, w] of this._watches) {
+      if (w.session === session) {
+        this._watches.delete(id);
+        w.push(null); // its watch goes on on the next session
+      }
+    }
     for (const lease of session.leases) this._loseLease(lease, reason, err);
     session.leases.clear();
     if (this._session !== session) return; // never became current: a failed attempt
@@ -346,6 +355,9 @@ class Client extends EventEmitter {
       safeEmit(this, 'shutdown', msg.grace_ms);
     } else if (msg.event === 'closing') {
       safeEmit(this, 'closing', msg.reason);
+    } else if (msg.event === 'changed') {
+      const w = this._watches.get(msg.watch);
+      if (w && w.session === session) w.push(msg);
     }
     safeEmit(this, 'event', msg);
   }
@@ -397,7 +409,7 @@ class Client extends EventEmitter {
       if (op === 'release') {
         lease.count = ans.count;
         if (ans.count === 0 && lease._markReleased()) this._forget(lease);
-      } else {
+      } else if (op === 'extend') {
         lease.ttlMs = ans.ttl_ms;
         if (lease._session) lease._session.countTtl(lease, lease.ttlMs);
       }
@@ -563,6 +575,45 @@ class Client extends EventEmitter {
     return ans.ttl_ms;
   }
 
+  /**
+   * Takes every lock of `locks` (names, or {lock, mode, limit}) or none
+   * (the broker's acquire_all): resolves with the leases in that order.
+   * The broker takes them in one total order, so callers asking overlapping
+   * sets in any order never deadlock; on timeout or any error it gave back
+   * what it took. Options: ttlMs, waitMs, watchdog, fair, detach, maxHoldMs,
+   * lockDelayMs, owner.
+   */
+  async lockAll(locks, opts = {}) {
+    checkOptions(opts, ['ttlMs', 'waitMs', 'watchdog', 'fair', 'detach', 'maxHoldMs', 'lockDelayMs', 'owner'],
+      'lockAll option');
+    const fields = { locks: locks.map((x) => (typeof x === 'string' ? { lock: x } : { ...x })) };
+    for (const [key, wire] of ACQUIRE_FIELDS) if (opts[key] != null) fields[wire] = opts[key];
+    const owner = opts.owner != null ? opts.owner : this._newOwner();
+    fields.owner = owner;
+    const detached = opts.detach === true;
+    const session = await this._ready();
+    return session.start('acquire_all', fields, {
+      onAnswer: (ans) => ans.leases.map((e) => this._adopt(e, owner, session, detached)),
+    }).promise;
+  }
+
+  /**
+   * Watches lock `name`: an async iterator of its state (camelCase, as
+   * inspect), then its state after each change. It goes on across a
+   * dropped connection or a broker restart (watching again, with backoff,
+   * from the state read afresh). opts.signal (an AbortSignal) ends it;
+   * so does leaving a for-await loop.
+   */
+  watch(name, opts = {}) {
+    checkOptions(opts, ['signal'], 'watch option');
+    return watchIterator(this, name, opts.signal || null);
+  }
+
+  /** The election `name` (see Election). */
+  election(name) {
+    return new Election(this, name);
+  }
+
   /* ---- information --------------------------------------------------------- */
 
   /** A lock's state: {lock, state, limit, holders: [{mode, ttlMs, count, owner, client}], waiters, fence}. */
@@ -598,4 +649,128 @@ class Client extends EventEmitter {
   }
 }
 
-module.exports = { Client, camelize };
+/** A watch's lines, from the reader to its iterator. */
+class WatchQueue {
+  constructor(session) {
+    this.session = session;
+    this.items = [];
+    this.wake = null;
+  }
+
+  push(msg) {
+    this.items.push(msg);
+    if (this.wake) {
+      const w = this.wake;
+      this.wake = null;
+      w();
+    }
+  }
+
+  next() {
+    if (this.items.length) return Promise.resolve(this.items.shift());
+    return new Promise((resolve) => {
+      this.wake = () => resolve(this.items.shift());
+    });
+  }
+}
+
+async function* watchIterator(client, name, signal) {
+  const aborted = new Promise((resolve) => {
+    if (signal) {
+      if (signal.aborted) resolve(undefined);
+      else signal.addEventListener('abort', () => resolve(undefined), { once: true });
+    }
+  });
+  let q = null;
+  let delay = 50;
+  const start = async () => {
+    const session = await client._ready();
+    const queue = new WatchQueue(session);
+    const ans = await session.start('watch', { lock: name }, {
+      onAnswer: (a) => {
+        client._watches.set(a.watch, queue); // before any event of it is read
+        session.watching = (session.watching || 0) + 1; // a watch keeps the process alive
+        session.updateRef();
+        return a;
+      },
+    }).promise;
+    queue.id = ans.watch;
+    return [ans, queue];
+  };
+  try {
+    for (;;) {
+      if (signal && signal.aborted) return;
+      let first;
+      try {
+        [first, q] = await start();
+      } catch (err) {
+        if (!(err instanceof ConnectionError)) throw err;
+        await Promise.race([new Promise((r) => setTimeout(r, delay)), aborted]);
+        delay = Math.min(delay * 2, 2000);
+        continue;
+      }
+      delay = 50;
+      yield camelize(first);
+      for (;;) {
+        const msg = await Promise.race([q.next(), aborted]);
+        if (msg === undefined) return; // aborted
+        if (msg === null) break; // the session ended: watch again
+        yield camelize(msg);
+      }
+    }
+  } finally {
+    if (q && client._watches.get(q.id) === q) {
+      client._watches.delete(q.id);
+      q.session.watching -= 1;
+      q.session.updateRef();
+      q.session.start('unwatch', { watch: q.id }).promise.catch(() => {});
+    }
+  }
+}
+
+/**
+ * Leader election on one lock, in the manner of etcd's Election: the
+ * leader is the exclusive holder and publishes a value; the term is its
+ * lease's fence.
+ */
+class Election {
+  constructor(client, name) {
+    this.client = client;
+    this.name = name;
+  }
+
+  /**
+   * Waits until this caller leads, publishing `value`; resolves with the
+   * leadership's Lease (its fence is the term; its 'lost' event, and
+   * lease.signal, say when leadership ends; release() resigns). opts as
+   * acquire's (signal gives the campaign up).
+   */
+  campaign(value, opts = {}) {
+    return this.client.acquire(this.name, { ...opts, value });
+  }
+
+  /** Who leads now: {value, term, client}, or null. */
+  async leader() {
+    return leaderOf(await this.client.inspect(this.name));
+  }
+
+  /** An async iterator of the leaders: now (if any), then each new term or value. */
+  async *observe(opts = {}) {
+    let last = null;
+    for await (const info of this.client.watch(this.name, opts)) {
+      const l = leaderOf(info);
+      if (l && (!last || l.value !== last.value || l.term !== last.term)) {
+        last = l;
+        yield l;
+      }
+    }
+  }
+}
+
+function leaderOf(info) {
+  if (info.state !== 'exclusive' || !info.holders || !info.holders.length) return null;
+  const h = info.holders[0];
+  return { value: h.value !== undefined ? h.value : null, term: info.fence, client: h.client };
+}
+
+module.exports = { Client, Election, camelize };

@@ -109,6 +109,17 @@ class Lease extends EventEmitter {
    * sooner). Rejects as release() does.
    * @param {number} ttlMs
    */
+  /**
+   * Publishes a new value (an election's leader's) without a new term:
+   * resolves with the fence, which stays the term.
+   * @param {string} value
+   */
+  async proclaim(value) {
+    this._throwIfGone('proclaim');
+    const ans = await this._client._leaseCall(this, 'proclaim', { lease: this.token, value });
+    return ans.fence;
+  }
+
   async extend(ttlMs) {
     this._throwIfGone('extend');
     const ans = await this._client._leaseCall(this, 'extend', { lease: this.token, ttl_ms: ttlMs });

@@ -359,7 +359,7 @@ class Session {
   /** Refs the socket while it has work that must keep the process alive. */
   updateRef() {
     if (this.state === 'closed') return;
-    const want = this.state !== 'ready' || this.strong > 0 || this.leases.size > 0;
+    const want = this.state !== 'ready' || this.strong > 0 || this.leases.size > 0 || this.watching > 0;
     if (want === this.refed) return;
     this.refed = want;
     if (want) this.socket.ref();
