@@ -101,3 +101,58 @@ func TestWatchAcrossABrokerRestart(t *testing.T) {
 	}
 	t.Fatal("the grant after the restart was not seen")
 }
+
+// LockAll takes every lock or none (issue 27): the leases in the order
+// asked; a busy one keeps the others free; a repeated name is refused;
+// two callers asking opposite orders both get through.
+func TestLockAll(t *testing.T) {
+	url := brokerURL(t)
+	a, b := dialTest(t, url), dialTest(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	x, y, z := lockName(t)+"-x", lockName(t)+"-y", lockName(t)+"-z"
+	ls, err := a.LockAll(ctx, []LockSpec{{Lock: y}, {Lock: x, Shared: true}}, Wait(0), TTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 2 || ls[0].Name() != y || ls[1].Name() != x || ls[1].Mode() != "shared" {
+		t.Fatalf("leases %v", ls)
+	}
+	if _, err := b.LockAll(ctx, []LockSpec{{Lock: z}, {Lock: y}}, Wait(200*time.Millisecond)); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("busy: %v", err)
+	}
+	if info, _ := b.Inspect(ctx, z); info.State != "free" {
+		t.Fatalf("%s kept: %+v", z, info)
+	}
+	for _, l := range ls {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.LockAll(ctx, []LockSpec{{Lock: x}, {Lock: x}}); err == nil {
+		t.Fatal("a repeated name was taken")
+	}
+	done := make(chan error, 2)
+	for _, order := range [][]LockSpec{{{Lock: x}, {Lock: y}}, {{Lock: y}, {Lock: x}}} {
+		order := order
+		c := a
+		if order[0].Lock == y {
+			c = b
+		}
+		go func() {
+			ls, err := c.LockAll(ctx, order, Wait(10*time.Second))
+			if err == nil {
+				time.Sleep(5 * time.Millisecond)
+				for _, l := range ls {
+					_ = l.Release(ctx)
+				}
+			}
+			done <- err
+		}()
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

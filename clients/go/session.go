@@ -59,6 +59,8 @@ type call struct {
 	lease *Lease
 
 	wantRaw bool
+	// Set for acquire_all: the leases of its answer, in the order asked.
+	leases []*Lease
 	// Set for watch: where the reader sends the watch's `changed` lines,
 	// from its answer on (closed when the session ends).
 	watchCh chan []byte
@@ -367,6 +369,17 @@ func (s *session) handle(line []byte) error {
 		case "release":
 			if cl.lease != nil {
 				cl.lease.setCount(r.Count)
+			}
+		case "acquire_all":
+			// each lease made before the next line is read, as for acquire
+			var all struct {
+				Leases []reply `json:"leases"`
+			}
+			if err := json.Unmarshal(line, &all); err != nil {
+				cl.err = fmt.Errorf("lockbroker: acquire_all: bad answer: %w", err)
+			}
+			for k := range all.Leases {
+				cl.leases = append(cl.leases, s.c.grant(s, cl, &all.Leases[k]))
 			}
 		case "watch":
 			// registered before the next line is read: no event slips by
