@@ -18,7 +18,7 @@ See README.md beside this package for the API reference.
 
 from ._core import __version__, current_owner
 from ._wire import default_url
-from .aio import AsyncClient, AsyncLease
+from .aio import AsyncClient, AsyncElection, AsyncLease
 from .client import CancelToken, Client, Election, Lease, Leader, Watch
 from .errors import (
     BadJson,
@@ -49,6 +49,7 @@ __all__ = [
     "AsyncClient",
     "Lease",
     "AsyncLease",
+    "AsyncElection",
     "CancelToken",
     "Election",
     "Leader",

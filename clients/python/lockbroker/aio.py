@@ -38,7 +38,7 @@ from ._wire import LineBuffer
 from .errors import Cancelled, Disconnected, LeaseLost, LockbrokerError, NotHeld
 from .info import LeaseInfo, LockInfo, strip
 
-__all__ = ["AsyncClient", "AsyncLease"]
+__all__ = ["AsyncClient", "AsyncLease", "AsyncElection"]
 
 
 class AsyncLease(LeaseBase):
@@ -53,6 +53,11 @@ class AsyncLease(LeaseBase):
         reply = await self._lease_call("release", {"lease": self.token})
         self._released = True
         return reply.get("count")
+
+    async def proclaim(self, value: str) -> int:
+        """A new value in the same term; returns the fence (the term)."""
+        reply = await self._lease_call("proclaim", {"lease": self.token, "value": value})
+        return reply.get("fence")
 
     async def extend(self, ttl_ms: int) -> int:
         """Sets the remaining lifetime to ``ttl_ms``; returns the new lifetime."""
@@ -109,6 +114,37 @@ class _AsyncLockScope:
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:
         return await self._lease.__aexit__(exc_type, exc, tb)
+
+
+class AsyncElection:
+    """Leader election for asyncio::
+
+        async with client.election("scheduler").campaign("10.0.0.7:8080") as term:
+            ...  # leading; term.fence is the term
+
+    """
+
+    def __init__(self, client: "AsyncClient", name: str):
+        self._client = client
+        self.name = name
+
+    def campaign(self, value: str, **kwargs) -> "_AsyncLockScope":
+        kwargs["value"] = value
+        return _AsyncLockScope(self._client, self.name, kwargs)
+
+    async def leader(self):
+        from .client import Leader
+        return Leader.of(await self._client.inspect(self.name))
+
+    async def observe(self):
+        """The leader (or None) now, then each change (new term or value)."""
+        from .client import Leader
+        last = object()
+        async for info in self._client.watch(self.name):
+            cur = Leader.of(info)
+            if cur != last:
+                last = cur
+                yield cur
 
 
 class _AsyncSession(Session, asyncio.Protocol):
@@ -209,16 +245,62 @@ class AsyncClient(ClientCore):
                       watchdog: bool | None = None, owner: str | None = None,
                       fair: bool | None = None, detach: bool = False,
                       max_hold_ms: int | None = None, on_lost=None,
-                      cancel=None) -> AsyncLease:
+                      cancel=None, value: str | None = None,
+                      lock_delay_ms: int | None = None) -> AsyncLease:
         """As :meth:`Client.acquire`. Cancelling the awaiting task while the
         acquire waits sends ``cancel`` to the broker (and releases the lease
         if it was granted meanwhile); ``cancel`` may also be a
         :class:`CancelToken` set from any thread."""
         owner = self._owner_for(owner)
         fields = acquire_fields(name, mode, limit, ttl_ms, wait_ms, watchdog, owner, fair,
-                                detach, max_hold_ms)
+                                detach, max_hold_ms, value, lock_delay_ms)
         meta = AcquireMeta(name, bool(detach), owner, on_lost)
         return await self._call("acquire", fields, meta=meta, cancel=cancel)
+
+    async def lock_all(self, locks, *, ttl_ms: int | None = None, wait_ms: int | None = None,
+                       watchdog: bool | None = None, owner: str | None = None,
+                       fair: bool | None = None, detach: bool = False,
+                       max_hold_ms: int | None = None, lock_delay_ms: int | None = None,
+                       on_lost=None) -> list[AsyncLease]:
+        """As :meth:`Client.lock_all`."""
+        owner = self._owner_for(owner)
+        fields = acquire_fields(None, None, None, ttl_ms, wait_ms, watchdog, owner, fair,
+                                detach, max_hold_ms, None, lock_delay_ms)
+        del fields["lock"]
+        fields["locks"] = [{"lock": x} if isinstance(x, str) else dict(x) for x in locks]
+        meta = AcquireMeta(None, bool(detach), owner, on_lost)
+        return await self._call("acquire_all", fields, meta=meta)
+
+    async def watch(self, name: str):
+        """``async for info in client.watch(name):`` the lock's state, then
+        one :class:`LockInfo` per change; it watches again (with backoff)
+        after a dropped connection or a broker restart. Leaving the loop
+        (or closing the generator) ends the watch."""
+        q: asyncio.Queue = asyncio.Queue()
+        wid = None
+        delay = 0.05
+        try:
+            while True:
+                try:
+                    reply = await self._call("watch", {"lock": name}, meta=q.put_nowait)
+                except Disconnected:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
+                wid, delay = reply.get("watch"), 0.05
+                while True:
+                    msg = await q.get()
+                    if msg is None:
+                        break  # the session ended: watch again
+                    yield LockInfo.from_wire(msg)
+        finally:
+            if wid is not None and wid in self._watches:
+                self._send_nowait(self._watches[wid][0], "unwatch", {"watch": wid})
+                self._watches.pop(wid, None)
+
+    def election(self, name: str) -> "AsyncElection":
+        """As :meth:`Client.election`, for asyncio."""
+        return AsyncElection(self, name)
 
     def lock(self, name: str, **kwargs) -> _AsyncLockScope:
         """``async with client.lock(name, ...) as lease:`` (arguments as

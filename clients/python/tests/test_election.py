@@ -127,3 +127,31 @@ class ReconnectTests(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AsyncElectionTests(unittest.IsolatedAsyncioTestCase):
+    async def test_campaign_watch_lock_all(self):
+        need_broker()
+        async with lockbroker.AsyncClient(label="py-aio-elect") as a, \
+                lockbroker.AsyncClient(label="py-aio-other") as b:
+            name = unique("aio-elect")
+            ea = a.election(name)
+            self.assertIsNone(await ea.leader())
+            watch = b.watch(name)
+            self.assertEqual((await watch.__anext__()).state, "free")
+            async with ea.campaign("a:1") as term:
+                info = await watch.__anext__()
+                self.assertEqual((info.leader.value, info.fence), ("a:1", term.fence))
+                self.assertEqual(await term.proclaim("a:2"), term.fence)
+                info = await watch.__anext__()
+                self.assertEqual(info.leader.value, "a:2")
+                self.assertEqual((await b.election(name).leader()).value, "a:2")
+            self.assertEqual((await watch.__anext__()).state, "free")
+            await watch.aclose()
+            x, y = unique("aio-x"), unique("aio-y")
+            leases = await a.lock_all([y, x], wait_ms=0)
+            self.assertEqual([l.name for l in leases], [y, x])
+            with self.assertRaises(lockbroker.LockTimeout):
+                await b.lock_all([x], wait_ms=100)
+            for l in leases:
+                await l.release()
