@@ -1056,7 +1056,14 @@ static void default_label(char *buf, size_t len)
 		prog[strcspn(prog, "\n")] = '\0';
 		fclose(f);
 	}
-	snprintf(buf, len, "%s[%ld] lbclient/%s", prog, (long)getpid(), LBC_VERSION);
+	char host[64] = "-";
+
+	if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0')
+		snprintf(host, sizeof(host), "-");
+	host[40] = '\0';
+	prog[40] = '\0';
+	/* the same shape in every client: PROGRAM[PID]@HOST lockbroker-LANG/VERSION */
+	snprintf(buf, len, "%.40s[%ld]@%.40s lockbroker-c/%.16s", prog, (long)getpid(), host, LBC_VERSION);
 }
 
 lbc_client_t *lbc_connect(const char *url, const lbc_options_t *opts, lbc_error_t *err)

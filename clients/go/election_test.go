@@ -3,6 +3,7 @@ package lockbroker
 import (
 	"context"
 	"errors"
+	"regexp"
 	"testing"
 	"time"
 )
@@ -154,5 +155,14 @@ func TestLockAll(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// The default client label has the same shape in every client (issue 27):
+// PROGRAM[PID]@HOST lockbroker-go/VERSION.
+func TestDefaultLabelShape(t *testing.T) {
+	re := regexp.MustCompile(`^\S+\[\d+\]@\S+ lockbroker-go/\S+$`)
+	if l := defaultLabel(); !re.MatchString(l) || len(l) > 128 {
+		t.Fatalf("default label %q", l)
 	}
 }

@@ -4,6 +4,7 @@ package lockbroker
 // and the conversion of durations to the protocol's milliseconds.
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -46,16 +47,28 @@ func defaultClientOptions() clientOptions {
 	}
 }
 
-// defaultLabel is the program's name, as valid UTF-8 of at most 128 bytes.
+// Version is this client library's version (in its default client label).
+const Version = "0.1.0"
+
+// defaultLabel is the client label sent in hello unless WithClientName,
+// the same shape in every client: PROGRAM[PID]@HOST lockbroker-go/VERSION,
+// valid UTF-8 of at most 128 bytes.
 func defaultLabel() string {
-	if len(os.Args) == 0 {
-		return "lockbroker-go"
+	prog := "go"
+	if len(os.Args) > 0 {
+		prog = filepath.Base(os.Args[0])
 	}
-	s := filepath.Base(os.Args[0])
-	for len(s) > 128 || !utf8.ValidString(s) {
-		s = s[:len(s)-1]
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "-"
 	}
-	return s
+	cut := func(s string) string {
+		for len(s) > 40 || !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+		return s
+	}
+	return fmt.Sprintf("%s[%d]@%s lockbroker-go/%s", cut(prog), os.Getpid(), cut(host), Version)
 }
 
 // WithAuth gives the secret that hello presents to a broker run with

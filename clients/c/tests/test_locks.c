@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const lbc_acquire_opts_t try_once = {.wait_ms = LBC_NO_WAIT};
 
@@ -353,5 +354,24 @@ Test(locks, a_value_shows_in_inspect, .timeout = 10)
 	             LBC_INVALID_ARGUMENT);
 	cr_assert_eq(lbc_release(c, l, NULL, NULL), LBC_OK);
 	cr_assert_eq(lbc_release(c, p, NULL, NULL), LBC_OK);
+	lbc_close(c);
+}
+
+/* The default client label has the shape of every client's (issue 27):
+ * PROGRAM[PID]@HOST lockbroker-c/VERSION. */
+Test(locks, the_default_label_has_the_common_shape, .timeout = 10)
+{
+	lbc_client_t *c = must_connect(NEED_BROKER(), NULL);
+	char name[96];
+	lbc_lease_t *l = must_acquire(c, unique_name(name, sizeof(name), "label"), &try_once);
+	lbc_lock_info_t *info;
+	char want[32];
+
+	cr_assert_eq(lbc_inspect(c, name, &info, NULL), LBC_OK);
+	snprintf(want, sizeof(want), "[%ld]@", (long)getpid());
+	cr_assert(strstr(info->holders[0].client, want) != NULL, "%s", info->holders[0].client);
+	cr_assert(strstr(info->holders[0].client, " lockbroker-c/") != NULL, "%s", info->holders[0].client);
+	lbc_lock_info_free(info);
+	cr_assert_eq(lbc_release(c, l, NULL, NULL), LBC_OK);
 	lbc_close(c);
 }

@@ -154,6 +154,18 @@ function camelize(value, top = true) {
   return out;
 }
 
+/**
+ * The client label sent in hello when clientName is not given, the same
+ * shape in every client: PROGRAM[PID]@HOST lockbroker-node/VERSION.
+ */
+function defaultLabel() {
+  const path = require('node:path');
+  const os = require('node:os');
+  const prog = path.basename(process.argv[1] || process.argv0 || 'node').slice(0, 40);
+  const host = (os.hostname() || '-').slice(0, 40);
+  return `${prog}[${process.pid}]@${host} lockbroker-node/${require('../package.json').version}`;
+}
+
 class Client extends EventEmitter {
   /**
    * Makes a client; it connects on the first request (or connect()).
@@ -181,7 +193,7 @@ class Client extends EventEmitter {
     this.addr = parseUrl(this.url);
     this.auth = opts.auth != null ? opts.auth : null;
     this.authFile = opts.authFile != null ? opts.authFile : null;
-    this.clientName = opts.clientName != null ? opts.clientName : null;
+    this.clientName = opts.clientName != null ? opts.clientName : defaultLabel();
     if (opts.keepaliveMs != null && !(Number.isInteger(opts.keepaliveMs) && opts.keepaliveMs >= 0)) {
       throw new InvalidArgumentError(
         "'keepaliveMs' is 0 (no liveness check) or milliseconds (the broker takes 500..600000)",

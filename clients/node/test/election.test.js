@@ -116,3 +116,11 @@ describe('election, watch, lockAll', () => {
     }
   });
 });
+
+describe('default client label', () => {
+  it('has the shape every client uses: PROGRAM[PID]@HOST lockbroker-node/VERSION', () => {
+    const c = new lb.Client({ url: 'tcp://127.0.0.1:1' });
+    assert.match(c.clientName, /^\S+\[\d+\]@\S+ lockbroker-node\/\S+$/);
+    assert.ok(Buffer.byteLength(c.clientName) <= 128);
+  });
+});

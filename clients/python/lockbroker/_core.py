@@ -51,6 +51,7 @@ import asyncio
 import itertools
 import logging
 import os
+import socket
 import random
 import sys
 import threading
@@ -107,9 +108,11 @@ def current_owner() -> str:
 
 
 def default_label() -> str:
-    """The ``client`` label sent in hello: program, pid, library version."""
+    """The ``client`` label sent in hello, the same shape in every client:
+    ``PROGRAM[PID]@HOST lockbroker-python/VERSION``."""
     prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
-    return f"{prog[:64]}[{os.getpid()}] lockbroker-python/{__version__}"
+    host = socket.gethostname() or "-"
+    return f"{prog[:40]}[{os.getpid()}]@{host[:40]} lockbroker-python/{__version__}"
 
 
 # ---- backoff --------------------------------------------------------------

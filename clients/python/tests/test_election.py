@@ -155,3 +155,12 @@ class AsyncElectionTests(unittest.IsolatedAsyncioTestCase):
                 await b.lock_all([x], wait_ms=100)
             for l in leases:
                 await l.release()
+
+
+class LabelTests(unittest.TestCase):
+    def test_the_default_label_has_the_common_shape(self):
+        import re
+        from lockbroker._core import default_label
+        label = default_label()
+        self.assertRegex(label, r"^.+\[\d+\]@\S+ lockbroker-python/\S+$")
+        self.assertLessEqual(len(label.encode()), 128)
