@@ -310,3 +310,45 @@ func (c *Client) LockAll(ctx context.Context, locks []LockSpec, opts ...LockOpti
 	}
 	return cl.leases, nil
 }
+
+// Campaigns campaigns for as long as ctx lives: the channel gets the
+// leadership's lease each time this caller is elected (its Fence is the
+// term). When that lease ends (lost: a dropped connection, a broker
+// restart, an expiry; or released by the caller to resign), it campaigns
+// again, reconnecting with the client's backoff. The channel is closed
+// when ctx ends (a lease it still holds then is released).
+func (e *Election) Campaigns(ctx context.Context, value string, opts ...LockOption) <-chan *Lease {
+	out := make(chan *Lease)
+	go func() {
+		defer close(out)
+		delay := e.c.opts.backoffMin
+		for ctx.Err() == nil {
+			l, err := e.c.Lock(ctx, e.name, append(opts, Value(value))...)
+			if err != nil {
+				select {
+				case <-time.After(delay):
+				case <-ctx.Done():
+					return
+				}
+				if delay *= 2; delay > e.c.opts.backoffMax {
+					delay = e.c.opts.backoffMax
+				}
+				continue
+			}
+			delay = e.c.opts.backoffMin
+			select {
+			case out <- l:
+			case <-ctx.Done():
+				_ = l.Release(context.Background())
+				return
+			}
+			select {
+			case <-l.Context().Done(): // lost or released: campaign again
+			case <-ctx.Done():
+				_ = l.Release(context.Background())
+				return
+			}
+		}
+	}()
+	return out
+}

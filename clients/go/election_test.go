@@ -166,3 +166,32 @@ func TestDefaultLabelShape(t *testing.T) {
 		t.Fatalf("default label %q", l)
 	}
 }
+
+// Campaigns goes on across a broker restart (issue 27): the leader hears
+// its term end with the connection, and is elected again, in a higher
+// term, once the broker is back.
+func TestCampaignsAcrossABrokerRestart(t *testing.T) {
+	br := startBroker(t, "")
+	c := dialTest(t, br.url)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	terms := c.Election(lockName(t)).Campaigns(ctx, "me", TTL(time.Second))
+	first := <-terms
+	if first == nil {
+		t.Fatal("never elected")
+	}
+	br.kill()
+	select {
+	case <-first.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the end of the term was not reported")
+	}
+	br.start()
+	second := <-terms
+	if second == nil || second.Fence() <= first.Fence() {
+		t.Fatalf("second term %v after %d", second, first.Fence())
+	}
+	cancel()
+	for range terms {
+	}
+}

@@ -218,6 +218,8 @@ export interface Leader {
 export class Election {
   readonly name: string;
   campaign(value: string, opts?: AcquireOptions): Promise<Lease>;
+  /** Each term this caller is elected in; campaigns again when one ends. */
+  campaigns(value: string, opts?: AcquireOptions): AsyncIterable<Lease>;
   leader(): Promise<Leader | null>;
   observe(opts?: { signal?: AbortSignal }): AsyncIterable<Leader>;
 }

@@ -761,6 +761,41 @@ class Election {
     return this.client.acquire(this.name, { ...opts, value });
   }
 
+  /**
+   * Campaigns for as long as the caller iterates: yields the leadership's
+   * Lease each time this caller is elected (lease.fence is the term). The
+   * next iteration waits until that term ends (lost: a dropped connection,
+   * a broker restart, an expiry; or released by the caller), then
+   * campaigns again, reconnecting with backoff. opts as campaign's
+   * (opts.signal ends it; a term still held then is released).
+   */
+  async *campaigns(value, opts = {}) {
+    const signal = opts.signal || null;
+    let delay = 50;
+    while (!(signal && signal.aborted)) {
+      let lease;
+      try {
+        lease = await this.campaign(value, opts);
+      } catch (err) {
+        if (err instanceof CancelledError) return;
+        if (!(err instanceof ConnectionError)) throw err;
+        await new Promise((resolve) => setTimeout(resolve, delay));
+        delay = Math.min(delay * 2, 2000);
+        continue;
+      }
+      delay = 50;
+      yield lease;
+      if (lease.state === 'held') {
+        await new Promise((resolve) => {
+          if (lease.signal.aborted) return resolve();
+          lease.signal.addEventListener('abort', resolve, { once: true });
+          if (signal) signal.addEventListener('abort', resolve, { once: true });
+        });
+      }
+      if (signal && signal.aborted && lease.state === 'held') await lease.release().catch(() => {});
+    }
+  }
+
   /** Who leads now: {value, term, client}, or null. */
   async leader() {
     return leaderOf(await this.client.inspect(this.name));

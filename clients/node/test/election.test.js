@@ -124,3 +124,28 @@ describe('default client label', () => {
     assert.ok(Buffer.byteLength(c.clientName) <= 128);
   });
 });
+
+describe('campaigns', () => {
+  it('goes on across a broker restart: a new term once the broker is back', async () => {
+    const broker = await startBroker();
+    const c = new lb.Client({ url: broker.url });
+    const ac = new AbortController();
+    let again = null;
+    try {
+      const terms = c.election(name('again')).campaigns('me', { ttlMs: 1000, signal: ac.signal });
+      const first = (await terms.next()).value;
+      const f1 = first.fence;
+      await broker.kill();
+      const lost = new Promise((resolve) => first.signal.addEventListener('abort', resolve, { once: true }));
+      await lost;
+      again = await startBroker({ port: broker.port });
+      const second = (await terms.next()).value;
+      assert.ok(second.fence > f1, 'the new term is not higher');
+      ac.abort();
+      await terms.return();
+    } finally {
+      await c.close();
+      if (again) await again.kill();
+    }
+  });
+});

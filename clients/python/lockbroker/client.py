@@ -291,6 +291,36 @@ class Election:
         kwargs["value"] = value
         return _LockScope(self._client, self.name, kwargs)
 
+    def campaigns(self, value: str, **kwargs):
+        """Campaigns for as long as the caller iterates: yields the
+        leadership's :class:`Lease` each time this caller is elected (its
+        ``fence`` is the term); when the body is done with it (or it is
+        lost: a dropped connection, a broker restart, an expiry), the next
+        iteration campaigns again, reconnecting with backoff::
+
+            for term in election.campaigns("10.0.0.7:8080"):
+                with term:        # LeaseLost on leaving if leadership was lost
+                    lead(term)
+
+        A term the caller still holds when it asks for the next is
+        resigned first."""
+        kwargs["value"] = value
+        delay = 0.05
+        while True:
+            try:
+                lease = self._client.acquire(self.name, **kwargs)
+            except Disconnected:
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            delay = 0.05
+            yield lease
+            if lease.held:
+                try:
+                    lease.release()
+                except (LeaseLost, Disconnected):
+                    pass
+
     def leader(self) -> "Leader | None":
         """Who leads now (from ``inspect``), or None."""
         return Leader.of(self._client.inspect(self.name))

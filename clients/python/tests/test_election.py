@@ -164,3 +164,30 @@ class LabelTests(unittest.TestCase):
         label = default_label()
         self.assertRegex(label, r"^.+\[\d+\]@\S+ lockbroker-python/\S+$")
         self.assertLessEqual(len(label.encode()), 128)
+
+
+class CampaignAgainTests(unittest.TestCase):
+    def test_a_campaign_goes_on_across_a_broker_restart(self):
+        need_broker()
+        broker = PrivateBroker().start()
+        try:
+            c = lockbroker.Client(broker.url, label="py-campaigner")
+            name = unique("again")
+            terms, fences = [], []
+            for term in c.election(name).campaigns("me", ttl_ms=1000):
+                terms.append(term)
+                fences.append(term.fence)
+                if len(terms) == 1:
+                    broker.kill()           # leadership lost with the connection
+                    self.assertTrue(wait_until(lambda: term.lost.is_set(), 5), "the loss was not reported")
+                    self.assertIsNotNone(term.lost_reason)
+                    broker.start()
+                    continue
+                break
+            self.assertEqual(len(terms), 2)
+            self.assertGreater(fences[1], fences[0], "the new term is not higher")
+            self.assertTrue(terms[1].held)
+            terms[1].release()
+            c.close()
+        finally:
+            broker.stop()
