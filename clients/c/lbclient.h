@@ -322,6 +322,23 @@ lbc_status lbc_extend(lbc_client_t *c, lbc_lease_t *lease, int64_t ttl_ms, int64
 
 /* Drops a handle without releasing anything (a detached lease whose token
  * you keep; a lease the session's end will release). NULL is accepted. */
+/* An exclusive lease's new published value (an election's leader's)
+ * without a new term: *fence (if not NULL) is the term. LBC_NOT_HELD /
+ * LBC_LOST as lbc_extend; LBC_INVALID_ARGUMENT for a lease that is not
+ * exclusive or a value over 4096 bytes. */
+lbc_status lbc_proclaim(lbc_client_t *c, lbc_lease_t *lease, const char *value, int64_t *fence,
+                        lbc_error_t *err);
+
+/* Watches lock name (the broker's watch): *state (if not NULL; the caller
+ * frees it) is the answer line, the lock's state now; *watch_id (if not
+ * NULL; the caller frees it) names the watch for lbc_unwatch. Each change
+ * then comes as an LBC_EVENT_OTHER event named "changed" (its line, the
+ * state after it) to opts.on_event, read by lbc_poll. A watch ends with its
+ * session: after LBC_EVENT_DISCONNECTED, watch again. */
+lbc_status lbc_watch(lbc_client_t *c, const char *name, char **state, char **watch_id,
+                     lbc_error_t *err);
+lbc_status lbc_unwatch(lbc_client_t *c, const char *watch_id, lbc_error_t *err);
+
 void lbc_lease_free(lbc_lease_t *lease);
 
 /* The grant. These never block and may be called from any thread. */

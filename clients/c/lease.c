@@ -430,6 +430,37 @@ lbc_status lbc_extend(lbc_client_t *c, lbc_lease_t *l, int64_t ttl_ms, int64_t *
 	return st;
 }
 
+lbc_status lbc_proclaim(lbc_client_t *c, lbc_lease_t *l, const char *value, int64_t *fence,
+                        lbc_error_t *err)
+{
+	lbc_pending_t p;
+	lbc_jw_t w;
+	lbc_status st = lease_usable(c, l, err);
+	int64_t f = 0;
+
+	if (st != LBC_OK)
+		return st;
+	if (value == NULL || !lbc_utf8_valid(value, strlen(value)) || strlen(value) > 4096)
+		return lbc_set_error(err, LBC_INVALID_ARGUMENT, "value must be UTF-8 of at most 4096 bytes");
+	lbc_pending_init(&p, lbc_next_id(c));
+	p.no_connect = !l->detached;
+	lbc_jw_init(&w);
+	lbc_req_begin(&w, p.id, "proclaim");
+	lbc_jw_kstr(&w, "lease", l->token);
+	lbc_jw_kstr(&w, "value", value);
+	lbc_req_finish(&w);
+	st = lbc_call(c, &p, &w, lbc_request_timeout(c), NULL, err);
+	lbc_jw_free(&w);
+	st = lease_outcome(c, l, &p, st, err);
+	if (st == LBC_OK) {
+		(void)lbc_json_int(&p.doc, 0, "fence", &f);
+		if (fence)
+			*fence = f;
+	}
+	lbc_call_done(&p);
+	return st;
+}
+
 static lbc_status token_valid(const char *token, lbc_error_t *err)
 {
 	size_t n;

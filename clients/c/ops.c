@@ -311,3 +311,61 @@ lbc_status lbc_request(lbc_client_t *c, const char *op, const char *fields_json,
 	lbc_call_done(&p);
 	return st;
 }
+
+lbc_status lbc_watch(lbc_client_t *c, const char *name, char **state, char **watch_id,
+                     lbc_error_t *err)
+{
+	lbc_jw_t w;
+	lbc_jdoc_t d;
+	char *line = NULL, msg[128];
+	lbc_status st;
+	const char *id;
+
+	if (state)
+		*state = NULL;
+	if (watch_id)
+		*watch_id = NULL;
+	if (c == NULL || name == NULL)
+		return lbc_set_error(err, LBC_INVALID_ARGUMENT, "lbc_watch: NULL argument");
+	if (!lbc_name_valid(name))
+		return lbc_set_error(err, LBC_INVALID_ARGUMENT,
+		                     "lock name must be UTF-8 of 1..512 bytes without control characters");
+	lbc_jw_init(&w);
+	lbc_jw_raw(&w, "{", 1);
+	lbc_jw_kstr(&w, "lock", name);
+	lbc_jw_raw(&w, "}", 1);
+	lbc_jw_raw(&w, "", 1); /* NUL */
+	st = lbc_request(c, "watch", w.buf, &line, err);
+	lbc_jw_free(&w);
+	if (st != LBC_OK) {
+		free(line);
+		return st;
+	}
+	if (watch_id && lbc_json_parse(&d, line, strlen(line), msg, sizeof(msg)) == 0) {
+		id = lbc_json_str(&d, 0, "watch", NULL);
+		*watch_id = id ? strdup(id) : NULL;
+		lbc_json_free(&d);
+	}
+	if (state)
+		*state = line;
+	else
+		free(line);
+	return LBC_OK;
+}
+
+lbc_status lbc_unwatch(lbc_client_t *c, const char *watch_id, lbc_error_t *err)
+{
+	lbc_jw_t w;
+	lbc_status st;
+
+	if (c == NULL || watch_id == NULL)
+		return lbc_set_error(err, LBC_INVALID_ARGUMENT, "lbc_unwatch: NULL argument");
+	lbc_jw_init(&w);
+	lbc_jw_raw(&w, "{", 1);
+	lbc_jw_kstr(&w, "watch", watch_id);
+	lbc_jw_raw(&w, "}", 1);
+	lbc_jw_raw(&w, "", 1);
+	st = lbc_request(c, "unwatch", w.buf, NULL, err);
+	lbc_jw_free(&w);
+	return st;
+}

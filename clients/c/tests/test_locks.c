@@ -375,3 +375,50 @@ Test(locks, the_default_label_has_the_common_shape, .timeout = 10)
 	cr_assert_eq(lbc_release(c, l, NULL, NULL), LBC_OK);
 	lbc_close(c);
 }
+
+struct changes {
+	int n;
+	char last[4096];
+};
+
+static void on_change(void *arg, const lbc_event_t *ev)
+{
+	struct changes *ch = arg;
+
+	if (ev->type == LBC_EVENT_OTHER && strcmp(ev->name, "changed") == 0 && ev->line) {
+		ch->n++;
+		snprintf(ch->last, sizeof(ch->last), "%s", ev->line);
+	}
+}
+
+/* lbc_proclaim and lbc_watch (issue 27): a leader proclaims in its term; a
+ * watcher gets the state, then a "changed" event per change through
+ * lbc_poll; lbc_unwatch ends it. */
+Test(locks, proclaim_and_watch, .timeout = 15)
+{
+	struct changes ch = {0};
+	lbc_options_t wo = {.on_event = on_change, .event_arg = &ch};
+	lbc_client_t *c = must_connect(NEED_BROKER(), NULL), *w = must_connect(NEED_BROKER(), &wo);
+	char name[96], *state = NULL, *id = NULL;
+	lbc_error_t err;
+	int64_t fence = 0;
+
+	unique_name(name, sizeof(name), "watched");
+	cr_assert_eq(lbc_watch(w, name, &state, &id, &err), LBC_OK, "%s", err.message);
+	cr_assert(strstr(state, "\"state\":\"free\""), "%s", state);
+	cr_assert_not_null(id);
+	lbc_lease_t *l = must_acquire(c, name, &(lbc_acquire_opts_t){.wait_ms = LBC_NO_WAIT, .value = "v1"});
+	cr_assert_eq(lbc_proclaim(c, l, "v2", &fence, &err), LBC_OK, "%s", err.message);
+	cr_assert_eq(fence, lbc_lease_fence(l));
+	for (int k = 0; k < 50 && !strstr(ch.last, "\"value\":\"v2\""); k++)
+		lbc_poll(w, 100, NULL);
+	cr_assert(strstr(ch.last, "\"value\":\"v2\""), "last change: %s", ch.last);
+	cr_assert_eq(lbc_unwatch(w, id, &err), LBC_OK);
+	cr_assert_eq(lbc_unwatch(w, id, &err), LBC_NOT_HELD);
+	cr_assert_eq(lbc_proclaim(c, l, NULL, NULL, &err), LBC_INVALID_ARGUMENT);
+	cr_assert_eq(lbc_release(c, l, NULL, NULL), LBC_OK);
+	free(state);
+	free(id);
+	lbc_close(c);
+	lbc_close(w);
+}

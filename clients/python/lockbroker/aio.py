@@ -132,6 +132,27 @@ class AsyncElection:
         kwargs["value"] = value
         return _AsyncLockScope(self._client, self.name, kwargs)
 
+    async def campaigns(self, value: str, **kwargs):
+        """As :meth:`Election.campaigns`: ``async for term in ...``, each term
+        this caller is elected in; campaigns again (reconnecting with backoff)
+        when one ends."""
+        kwargs["value"] = value
+        delay = 0.05
+        while True:
+            try:
+                lease = await self._client.acquire(self.name, **kwargs)
+            except Disconnected:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            delay = 0.05
+            yield lease
+            if lease.held:
+                try:
+                    await lease.release()
+                except (LeaseLost, Disconnected):
+                    pass
+
     async def leader(self):
         from .client import Leader
         return Leader.of(await self._client.inspect(self.name))

@@ -191,3 +191,25 @@ class CampaignAgainTests(unittest.TestCase):
             c.close()
         finally:
             broker.stop()
+
+
+class AsyncCampaignAgainTests(unittest.IsolatedAsyncioTestCase):
+    async def test_async_campaigns_go_on_across_a_broker_restart(self):
+        need_broker()
+        broker = PrivateBroker().start()
+        try:
+            async with lockbroker.AsyncClient(broker.url) as c:
+                fences = []
+                async for term in c.election(unique("aio-again")).campaigns("me", ttl_ms=1000):
+                    fences.append(term.fence)
+                    if len(fences) == 1:
+                        broker.kill()
+                        await term.wait_lost()
+                        broker.start()
+                        continue
+                    await term.release()
+                    break
+                self.assertEqual(len(fences), 2)
+                self.assertGreater(fences[1], fences[0])
+        finally:
+            broker.stop()
