@@ -135,8 +135,11 @@ describe('campaigns', () => {
       const terms = c.election(name('again')).campaigns('me', { ttlMs: 1000, signal: ac.signal });
       const first = (await terms.next()).value;
       const f1 = first.fence;
+      const lost = new Promise((resolve) => {
+        if (first.signal.aborted) resolve();
+        else first.signal.addEventListener('abort', resolve, { once: true });
+      });
       await broker.kill();
-      const lost = new Promise((resolve) => first.signal.addEventListener('abort', resolve, { once: true }));
       await lost;
       again = await startBroker({ port: broker.port });
       const second = (await terms.next()).value;
