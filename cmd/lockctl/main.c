@@ -468,24 +468,34 @@ static void print_value(const char *label, const json_t *v)
 	}
 }
 
-static int cmd_inspect(const lc_global_t *g, const char *name)
+/* inspect on a session of its own: 0 with *out (lbc_lock_info_free it), or
+ * the exit status (printed, as `what`). */
+static int inspect_once(const lc_global_t *g, const char *name, const char *what,
+                        lbc_lock_info_t **out)
 {
 	lbc_client_t *c;
-	lbc_lock_info_t *in;
 	lbc_error_t err;
 	lbc_status st;
+	int r;
+
+	if ((r = lc_connect(g, NULL, NULL, &c)) != 0)
+		return r;
+	st = lbc_inspect(c, name, out, &err);
+	lbc_close(c);
+	return st == LBC_OK ? 0 : lc_fail(what, &err, -1);
+}
+
+static int cmd_inspect(const lc_global_t *g, const char *name)
+{
+	lbc_lock_info_t *in;
 	char b[LC_MASK_BUF];
 	int r;
 
 	if (g->json)
 		return one_request(g, "inspect", fields_text(json_pack("{s:s}", "lock", name)), NULL,
 		                   NULL);
-	if ((r = lc_connect(g, NULL, NULL, &c)) != 0)
+	if ((r = inspect_once(g, name, "inspect", &in)) != 0)
 		return r;
-	st = lbc_inspect(c, name, &in, &err);
-	lbc_close(c);
-	if (st != LBC_OK)
-		return lc_fail("inspect", &err, -1);
 	printf("lock:    %s\n", lc_masked(in->lock, b));
 	printf("state:   %s\n", lc_masked(in->state, b));
 	if (in->limit > 0)
@@ -514,10 +524,7 @@ static int cmd_inspect(const lc_global_t *g, const char *name)
 /* leader: the exclusive holder's value and term, from inspect. */
 static int cmd_leader(const lc_global_t *g, const char *name)
 {
-	lbc_client_t *c;
 	lbc_lock_info_t *in;
-	lbc_error_t err;
-	lbc_status st;
 	char b[LC_MASK_BUF];
 	int r;
 
@@ -535,12 +542,8 @@ static int cmd_leader(const lc_global_t *g, const char *name)
 		free(line);
 		return leads ? 0 : LC_EXIT_NOLEADER;
 	}
-	if ((r = lc_connect(g, NULL, NULL, &c)) != 0)
+	if ((r = inspect_once(g, name, "leader", &in)) != 0)
 		return r;
-	st = lbc_inspect(c, name, &in, &err);
-	lbc_close(c);
-	if (st != LBC_OK)
-		return lc_fail("leader", &err, -1);
 	if (strcmp(in->state, "exclusive") != 0 || in->n_holders == 0) {
 		lc_err("%s: nobody leads (state %s)", lc_masked(name, b), in->state);
 		lbc_lock_info_free(in);
