@@ -56,6 +56,7 @@ struct lb_broker {
     int nextra;
     char *secret; /* from --auth-file, for the readiness check */
     bool wait_redis;
+    int64_t spawned_ms;
 };
 
 struct lb_client {
@@ -921,6 +922,8 @@ static int connect_unix_fd(const char *path)
     return fd;
 }
 
+#define REDLOCK_ALL_UP_MS 3000
+
 /* One readiness probe; true when the broker answered as wanted. */
 static bool probe_ready(lb_broker *b)
 {
@@ -939,6 +942,18 @@ static bool probe_ready(lb_broker *b)
     if (r && lb_is_ok(r)) {
         json_t *redis = json_object_get(r, "redis");
         ready = !b->wait_redis || (json_is_string(redis) && strcmp(json_string_value(redis), "up") == 0);
+        /* Redlock: "up" is a quorum of masters. A test means all of them
+         * (each master's copy of the first lock), so it waits for the
+         * rest a while too; a master the test left down is waited for
+         * REDLOCK_ALL_UP_MS, no more. */
+        if (ready && b->redlock && b->wait_redis && lb_now_ms() - b->spawned_ms < REDLOCK_ALL_UP_MS) {
+            json_t *ms = json_object_get(r, "redis_masters");
+            size_t k;
+            json_t *m;
+            json_array_foreach(ms, k, m)
+                if (!json_is_true(json_object_get(m, "up")))
+                    ready = false;
+        }
     }
 out:
     lb_close(c);
@@ -989,6 +1004,7 @@ static void broker_spawn(lb_broker *b)
         fclose(lf);
     }
     b->pid = spawn(argv, b->log);
+    b->spawned_ms = lb_now_ms();
 
     int64_t deadline = lb_now_ms() + 10000;
     for (;;) {
