@@ -69,7 +69,7 @@ typedef enum { ST_DOWN, ST_CONNECTING, ST_UP, ST_CLOSED } state_t;
 typedef struct qevent {
 	struct qevent *next;
 	lbc_event_t ev;
-	char *strs[5]; /* name, lease, lock, reason, line: owned */
+	char *strs[6]; /* name, lease, lock, reason, line, watch: owned */
 } qevent_t;
 
 struct lbc_client {
@@ -116,6 +116,10 @@ struct lbc_client {
 
 	qevent_t *evq, *evq_tail;
 	bool delivering;
+
+	lbc_cwatch_t *watches; /* lbc_watch's, kept across sessions */
+	uint64_t watch_seq;
+	int changes_unpolled;  /* "changed" events queued since lbc_poll returned */
 
 	pthread_t mon;        /* the liveness thread */
 	bool mon_started;
@@ -287,14 +291,14 @@ static void close_dead_locked(lbc_client_t *c)
 
 /* ---- events ------------------------------------------------------------------- */
 
-static void queue_event_locked(lbc_client_t *c, lbc_event_type type, const char *name,
-                               const char *lease, const char *lock, const char *reason,
-                               int64_t grace_ms, const char *line, size_t line_len)
+static qevent_t *queue_event_locked(lbc_client_t *c, lbc_event_type type, const char *name,
+                                    const char *lease, const char *lock, const char *reason,
+                                    int64_t grace_ms, const char *line, size_t line_len)
 {
 	qevent_t *q;
 
 	if (c->on_event == NULL)
-		return;
+		return NULL;
 	q = xcalloc(1, sizeof(*q));
 	q->strs[0] = xstrdup(name);
 	q->strs[1] = xstrdup(lease);
@@ -316,11 +320,12 @@ static void queue_event_locked(lbc_client_t *c, lbc_event_type type, const char 
 	else
 		c->evq = q;
 	c->evq_tail = q;
+	return q;
 }
 
 static void free_qevent(qevent_t *q)
 {
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 6; i++)
 		free(q->strs[i]);
 	free(q);
 }
@@ -340,8 +345,24 @@ void lbc_deliver_events(lbc_client_t *c)
 		c->evq = q->next;
 		if (c->evq == NULL)
 			c->evq_tail = NULL;
+		if (q->ev.type == LBC_EVENT_CHANGED && lbc_cwatch_find_locked(c, q->ev.watch) == NULL) {
+			free_qevent(q); /* unwatched since */
+			continue;
+		}
 		lbc_unlock(c);
+		lbc_lock_info_t *info = NULL;
+		if (q->ev.type == LBC_EVENT_CHANGED && q->ev.line) {
+			/* the state, parsed for the callback (NULL if unreadable) */
+			lbc_jdoc_t d;
+			char m[64];
+			if (lbc_json_parse(&d, q->ev.line, strlen(q->ev.line), m, sizeof(m)) == 0 &&
+			    lbc_json_type(&d, 0) == LBC_J_OBJ)
+				info = lbc_lock_info_from(&d, 0);
+			lbc_json_free(&d);
+		}
+		q->ev.info = info;
 		c->on_event(c->event_arg, &q->ev);
+		lbc_lock_info_free(info);
 		free_qevent(q);
 		lbc_lock(c);
 	}
@@ -440,6 +461,102 @@ static int teardown_locked(lbc_client_t *c, lbc_lost_reason r, lbc_status st, co
 
 /* ---- what the broker sends ------------------------------------------------------ */
 
+/* The kept watch that the broker calls bid on this session, or NULL (a
+ * watch sent through lbc_request: its events stay LBC_EVENT_OTHER). */
+static lbc_cwatch_t *watch_of_locked(lbc_client_t *c, const char *bid)
+{
+	if (bid == NULL)
+		return NULL;
+	for (lbc_cwatch_t *w = c->watches; w; w = w->next)
+		if (w->gen == c->gen && w->bid && strcmp(w->bid, bid) == 0)
+			return w;
+	return NULL;
+}
+
+void lbc_queue_changed_locked(lbc_client_t *c, const lbc_cwatch_t *w, const char *line,
+                              size_t len)
+{
+	qevent_t *q = queue_event_locked(c, LBC_EVENT_CHANGED, "changed", NULL, w->name, NULL, 0,
+	                                 line, len);
+
+	if (q == NULL)
+		return;
+	q->strs[5] = xstrdup(w->id);
+	q->ev.watch = q->strs[5];
+	c->changes_unpolled++;
+	wake_pollers_locked(c);
+}
+
+/* ---- watches kept across sessions ---------------------------------------------------- */
+
+lbc_cwatch_t *lbc_cwatch_new_locked(lbc_client_t *c, const char *name)
+{
+	lbc_cwatch_t *w = xcalloc(1, sizeof(*w));
+
+	snprintf(w->id, sizeof(w->id), "w%llu", (unsigned long long)++c->watch_seq);
+	w->name = xstrdup(name);
+	w->linked = true;
+	w->inflight = true;
+	w->refs = 2; /* the list's, the caller's request's */
+	w->next = c->watches;
+	c->watches = w;
+	return w;
+}
+
+lbc_cwatch_t *lbc_cwatch_find_locked(lbc_client_t *c, const char *id)
+{
+	for (lbc_cwatch_t *w = c->watches; w; w = w->next)
+		if (!w->ending && strcmp(w->id, id) == 0)
+			return w;
+	return NULL;
+}
+
+void lbc_cwatch_put_locked(lbc_cwatch_t *w)
+{
+	if (--w->refs > 0)
+		return;
+	free(w->name);
+	free(w->bid);
+	free(w);
+}
+
+void lbc_cwatch_unlink_locked(lbc_client_t *c, lbc_cwatch_t *w)
+{
+	for (lbc_cwatch_t **pp = &c->watches; *pp; pp = &(*pp)->next)
+		if (*pp == w) {
+			*pp = w->next;
+			w->next = NULL;
+			w->linked = false;
+			lbc_cwatch_put_locked(w);
+			return;
+		}
+}
+
+lbc_cwatch_t *lbc_cwatch_stale_locked(lbc_client_t *c)
+{
+	int64_t now = lbc_now_ms();
+
+	if (c->state != ST_UP)
+		return NULL;
+	for (lbc_cwatch_t *w = c->watches; w; w = w->next)
+		if (w->gen != c->gen && !w->inflight && !w->ending && w->retry_at <= now) {
+			w->inflight = true;
+			w->refs++;
+			return w;
+		}
+	return NULL;
+}
+
+bool lbc_has_watches_locked(const lbc_client_t *c)
+{
+	return c->watches != NULL;
+}
+
+uint64_t lbc_session_gen_locked(const lbc_client_t *c)
+{
+	return c->state == ST_UP ? c->gen : 0;
+}
+
 static void handle_event_locked(lbc_client_t *c, const lbc_jdoc_t *d, const char *name,
                                 const char *line, size_t len)
 {
@@ -457,9 +574,46 @@ static void handle_event_locked(lbc_client_t *c, const lbc_jdoc_t *d, const char
 		queue_event_locked(c, LBC_EVENT_SHUTDOWN, name, NULL, NULL, NULL, g, line, len);
 	} else if (strcmp(name, "closing") == 0) {
 		queue_event_locked(c, LBC_EVENT_CLOSING, name, NULL, NULL, reason, 0, line, len);
+	} else if (strcmp(name, "changed") == 0 && watch_of_locked(c, lbc_json_str(d, 0, "watch", NULL))) {
+		lbc_cwatch_t *w = watch_of_locked(c, lbc_json_str(d, 0, "watch", NULL));
+		if (!w->ending) /* an ending watch's are dropped */
+			lbc_queue_changed_locked(c, w, line, len);
 	} else {
 		queue_event_locked(c, LBC_EVENT_OTHER, name, NULL, NULL, reason, 0, line, len);
 	}
+}
+
+/* An acquire_all's grant: a handle per entry of leases (none at all when
+ * one entry is malformed: the caller answers LBC_IO and the session's
+ * end gives them back). */
+static void leases_of_all_locked(lbc_client_t *c, lbc_pending_t *p, const lbc_jdoc_t *d)
+{
+	uint32_t a = lbc_json_get(d, 0, "leases");
+	size_t n, i = 0;
+
+	if (lbc_json_type(d, a) != LBC_J_ARR || (n = d->nodes[a].v.c.n) == 0)
+		return;
+	p->all = xcalloc(n, sizeof(*p->all));
+	for (uint32_t k = d->nodes[a].v.c.first; k != LBC_JNONE && i < n; k = d->nodes[k].next) {
+		lbc_lease_t *l = lbc_json_type(d, k) == LBC_J_OBJ
+		                         ? lbc_lease_from_answer(c, d, k, c->gen, p->lease_detached)
+		                         : NULL;
+		if (l == NULL)
+			break;
+		p->all[i++] = l;
+	}
+	if (i < n) {
+		while (i > 0) {
+			lbc_lease_t *l = p->all[--i];
+			lbc_unlink_lease_locked(l);
+			free(l->name);
+			free(l);
+		}
+		free(p->all);
+		p->all = NULL;
+		return;
+	}
+	p->nall = n;
 }
 
 /* One complete line. Returns -1 when it ended the session (bad data). */
@@ -496,7 +650,19 @@ static int dispatch_locked(lbc_client_t *c, const char *line, size_t len)
 			memcpy(p->line, line, len);
 		}
 		if (p->is_acquire && lbc_json_true(&d, 0, "ok"))
-			p->lease = lbc_lease_from_answer(c, &d, c->gen, p->lease_detached);
+			p->lease = lbc_lease_from_answer(c, &d, 0, c->gen, p->lease_detached);
+		if (p->is_acquire_all && lbc_json_true(&d, 0, "ok"))
+			leases_of_all_locked(c, p, &d);
+		if (p->watch && lbc_json_true(&d, 0, "ok") && lbc_json_str(&d, 0, "watch", NULL)) {
+			/* from here on its events are the caller's; a re-watch's
+			 * answer (the state read afresh) is one of them, queued
+			 * here so that it comes before the changes behind it */
+			free(p->watch->bid);
+			p->watch->bid = xstrdup(lbc_json_str(&d, 0, "watch", NULL));
+			p->watch->gen = c->gen;
+			if (p->rewatch && p->watch->linked && !p->watch->ending)
+				lbc_queue_changed_locked(c, p->watch, line, len);
+		}
 		p->doc = d;
 		p->done = true;
 		p->status = LBC_OK;
@@ -789,11 +955,16 @@ static bool fatal_connect_error(lbc_status st)
 	       st != LBC_SHUTTING_DOWN && st != LBC_LIMIT_EXCEEDED;
 }
 
-/* Returns with the session up (LBC_OK), or why not. Lock held; it is
- * released while connecting. */
-static lbc_status ensure_session_locked(lbc_client_t *c, bool single_attempt, lbc_error_t *err)
+/* Returns with the session up (LBC_OK), or why not, within
+ * connect_timeout_ms (or by cap, when cap >= 0 is sooner). Lock held; it
+ * is released while connecting. */
+static lbc_status ensure_session_locked(lbc_client_t *c, bool single_attempt, int64_t cap,
+                                        lbc_error_t *err)
 {
 	int64_t deadline = lbc_now_ms() + c->connect_timeout_ms;
+
+	if (cap >= 0 && cap < deadline)
+		deadline = cap;
 	lbc_error_t last;
 	bool tried = false;
 
@@ -866,16 +1037,48 @@ static lbc_status ensure_session_locked(lbc_client_t *c, bool single_attempt, lb
 		}
 		c->state = ST_DOWN;
 		pthread_cond_broadcast(&c->cv);
-		if (fatal_connect_error(st) || single_attempt) {
-			if (err)
-				*err = last;
-			return st;
-		}
 		/* 50 ms doubling to 2 s, each drawn from its upper half */
 		c->backoff_ms = c->backoff_ms ? (c->backoff_ms * 2 > 2000 ? 2000 : c->backoff_ms * 2) : 50;
 		c->next_attempt = lbc_now_ms() + c->backoff_ms / 2 +
 		                  (int64_t)(((uint64_t)lbc_now_ms() * 2654435761u >> 7) %
 		                            (uint64_t)(c->backoff_ms / 2 + 1));
+		if (fatal_connect_error(st) || single_attempt) {
+			if (err)
+				*err = last;
+			return st;
+		}
+	}
+}
+
+bool lbc_session_wait_locked(lbc_client_t *c, int64_t deadline)
+{
+	bool tried = false;
+
+	for (;;) {
+		int64_t now = lbc_now_ms();
+
+		if (c->state == ST_UP)
+			return true;
+		if (c->state == ST_CLOSED)
+			return false;
+		/* an attempt when the backoff allows, even at the deadline
+		 * (lbc_poll(c, 0) in an event loop), one per call then */
+		if (c->state == ST_DOWN && c->dead_fd < 0 && c->next_attempt <= now && !tried) {
+			tried = true;
+			/* within the caller's time (a moment at least) */
+			(void)ensure_session_locked(c, true, deadline >= 0 && deadline > now + 100 ? deadline : now + 100,
+			                            NULL);
+			continue;
+		}
+		if (deadline >= 0 && now >= deadline)
+			return false;
+		/* connecting in another thread, the old socket still in use, or
+		 * the backoff: wait for a change (or the next attempt) */
+		int64_t until = c->state == ST_DOWN && c->dead_fd < 0 ? c->next_attempt : now + 50;
+		if (until <= now)
+			until = now + 10;
+		tried = false;
+		timedwait(&c->cv, &c->mu, deadline >= 0 && deadline < until ? deadline : until);
 	}
 }
 
@@ -975,10 +1178,11 @@ lbc_status lbc_call(lbc_client_t *c, lbc_pending_t *p, lbc_jw_t *w, int64_t time
 		                     "a string of the request is not valid UTF-8");
 	}
 	lbc_lock(c);
-	if (p->no_connect && c->state != ST_UP)
+	if ((p->no_connect && c->state != ST_UP) ||
+	    (p->only_gen && (c->state != ST_UP || c->gen != p->only_gen)))
 		st = lbc_set_error(err, LBC_DISCONNECTED, "no session");
 	else
-		st = ensure_session_locked(c, false, err);
+		st = ensure_session_locked(c, false, -1, err);
 	if (st != LBC_OK) {
 		lbc_unlock(c);
 		lbc_deliver_events(c);
@@ -1136,7 +1340,7 @@ lbc_client_t *lbc_connect(const char *url, const lbc_options_t *opts, lbc_error_
 	atomic_init(&c->owner_seq, 1);
 
 	lbc_lock(c);
-	st = ensure_session_locked(c, true, err);
+	st = ensure_session_locked(c, true, -1, err);
 	lbc_unlock(c);
 	if (st != LBC_OK) {
 		lbc_close(c);
@@ -1326,6 +1530,8 @@ int lbc_close(lbc_client_t *c)
 		c->evq = q->next;
 		free_qevent(q);
 	}
+	while (c->watches) /* no request holds one now */
+		lbc_cwatch_unlink_locked(c, c->watches);
 	lbc_unlock(c);
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->wmu);
@@ -1378,12 +1584,19 @@ int lbc_poll(lbc_client_t *c, int timeout_ms, lbc_error_t *err)
 		lbc_set_error(err, LBC_INVALID_ARGUMENT, "NULL client");
 		return -1;
 	}
+	/* a loss or a change already there is reported first: watching
+	 * again may wait for a broker */
+	lbc_lock(c);
+	bool news = c->lost_unpolled > 0 || c->changes_unpolled > 0;
+	lbc_unlock(c);
+	if (!news)
+		lbc_watches_resume(c, deadline);
 	lbc_pending_init(&q, 0);
 	lbc_lock(c);
 	q.gen = c->gen;
 	link_pending(c, &q);
 	for (;;) {
-		if (c->lost_unpolled > 0 || c->state != ST_UP)
+		if (c->lost_unpolled > 0 || c->changes_unpolled > 0 || c->state != ST_UP)
 			break;
 		if (!c->reading) {
 			if (did_read && deadline >= 0 && lbc_now_ms() >= deadline)
@@ -1400,6 +1613,7 @@ int lbc_poll(lbc_client_t *c, int timeout_ms, lbc_error_t *err)
 	}
 	n = c->lost_unpolled;
 	c->lost_unpolled = 0;
+	c->changes_unpolled = 0;
 	unlink_pending(c, &q);
 	handoff_locked(c);
 	lbc_unlock(c);

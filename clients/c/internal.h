@@ -167,6 +167,12 @@ typedef struct lbc_pending {
 	bool want_line;
 	lbc_lease_t *lease;       /* is_acquire and granted: the new handle */
 	bool lease_detached;      /* the acquire asked detach */
+	bool is_acquire_all;      /* the reader makes the handles of leases[] */
+	lbc_lease_t **all;        /* is_acquire_all and granted: nall handles */
+	size_t nall;
+	struct lbc_cwatch *watch; /* a watch request: the reader records its id */
+	bool rewatch;             /* ... and queues the answer as a change */
+	uint64_t only_gen;        /* not 0: sent on this session or not at all */
 	pthread_cond_t cv;
 	struct lbc_pending *next;
 } lbc_pending_t;
@@ -184,6 +190,24 @@ struct lbc_lease {
 	lbc_client_t *client;     /* NULL once the client is closed */
 	struct lbc_lease *prev, *next; /* the client's list (under its mu) */
 };
+
+/* A watch the client keeps across sessions (lbc_watch): id is the
+ * caller's, fixed; bid is the broker's, valid on session gen only. A
+ * watch whose gen is not the current session's is watched again by
+ * lbc_poll (lbc_watches_resume). refs: the client's list holds one, a
+ * watch request in flight another; freed at 0 (lbc_cwatch_put). */
+typedef struct lbc_cwatch {
+	char id[24];
+	char *name;
+	char *bid;         /* NULL until a watch answer named it */
+	uint64_t gen;      /* the session bid belongs to; 0: none */
+	bool linked;       /* in the client's list (false once unwatched) */
+	bool inflight;     /* a (re)watch request is out */
+	bool ending;       /* lbc_unwatch runs: its events are dropped */
+	int64_t retry_at;  /* a re-watch the broker refused: not before this */
+	int refs;
+	struct lbc_cwatch *next;
+} lbc_cwatch_t;
 
 /* A request line built for op with id (the writer holds `{"id":N,"op":"OP"`
  * and the caller adds fields, then lbc_req_finish). */
@@ -230,12 +254,60 @@ lbc_status lbc_liveness_start(lbc_client_t *c, lbc_error_t *err);
  * follows. */
 void lbc_bound_changed(lbc_client_t *c, int64_t ttl_ms);
 
+/* Watches (see lbc_cwatch_t), under the client's lock: a new one for
+ * name, linked and with one reference for the caller's request. */
+lbc_cwatch_t *lbc_cwatch_new_locked(lbc_client_t *c, const char *name);
+/* The watch the caller calls id, or NULL. */
+lbc_cwatch_t *lbc_cwatch_find_locked(lbc_client_t *c, const char *id);
+/* Unlinks w (it stays alive while a request holds it). */
+void lbc_cwatch_unlink_locked(lbc_client_t *c, lbc_cwatch_t *w);
+/* Drops one reference. */
+void lbc_cwatch_put_locked(lbc_cwatch_t *w);
+/* The next linked watch not watched on the current session, with a
+ * reference taken and inflight set, or NULL. */
+lbc_cwatch_t *lbc_cwatch_stale_locked(lbc_client_t *c);
+/* Whether the client keeps any watch. */
+bool lbc_has_watches_locked(const lbc_client_t *c);
+/* The current session's number, 0 while there is none. */
+uint64_t lbc_session_gen_locked(const lbc_client_t *c);
+/* Queues a "changed" event for w from a line of the broker (an event, or
+ * the answer of a re-watch: the state read afresh). */
+void lbc_queue_changed_locked(lbc_client_t *c, const lbc_cwatch_t *w, const char *line,
+                              size_t len);
+/* Waits until the session is up, connecting (one attempt each time the
+ * reconnect backoff allows) until deadline (< 0: none). Lock held. */
+bool lbc_session_wait_locked(lbc_client_t *c, int64_t deadline);
+
 /* ---- lease.c ------------------------------------------------------------------ */
 
-/* Under the client's lock (the reader): a handle for an acquire's ok answer
- * in doc, linked into c's list; NULL if the answer lacks lease or fence. */
-lbc_lease_t *lbc_lease_from_answer(lbc_client_t *c, const lbc_jdoc_t *doc, uint64_t gen,
-                                   bool detached);
+/* Under the client's lock (the reader): a handle for the grant in object
+ * node obj of doc (an acquire's answer: 0; an acquire_all's: an entry of
+ * leases), linked into c's list; NULL if it lacks lease or fence. */
+lbc_lease_t *lbc_lease_from_answer(lbc_client_t *c, const lbc_jdoc_t *d, uint32_t obj,
+                                   uint64_t gen, bool detached);
+/* The lbc_acquire_opts_t checks both acquires share: NULL c, mode, limit,
+ * TTLs, tri-states, owner (copied into owner, or a fresh one), a fired
+ * cancel. LBC_OK, or the error. */
+lbc_status lbc_acquire_opts_check(lbc_client_t *c, const lbc_acquire_opts_t *o, char *owner,
+                                  size_t owner_len, lbc_error_t *err);
+/* Writes the options every acquire carries (ttl, wait, watchdog, fair,
+ * detach, max_hold, lock_delay, owner). */
+void lbc_acquire_opts_write(lbc_jw_t *w, const lbc_acquire_opts_t *o, const char *owner);
+/* The answer timeout of an acquire that may wait wait_ms. */
+int64_t lbc_acquire_timeout(lbc_client_t *c, int64_t wait_ms);
+
+/* ---- coord.c ------------------------------------------------------------------ */
+
+/* lbc_poll's part: with watches kept, the session is opened again (with
+ * the backoff) and every watch not watched on it is watched again, each
+ * answer queued as a "changed" event. Lock not held. */
+void lbc_watches_resume(lbc_client_t *c, int64_t deadline);
+
+/* ---- ops.c -------------------------------------------------------------------- */
+
+/* A lock's state from object node obj of d (inspect's answer, a watch
+ * answer, a changed event); the caller's (lbc_lock_info_free). */
+lbc_lock_info_t *lbc_lock_info_from(const lbc_jdoc_t *d, uint32_t obj);
 
 /* Checks a lock name as the broker would: 1..512 bytes of UTF-8 without
  * C0 controls or DEL. */

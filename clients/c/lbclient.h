@@ -141,6 +141,7 @@ const char *lbc_lost_reason_name(lbc_lost_reason r);
 
 typedef struct lbc_client lbc_client_t;
 typedef struct lbc_lease lbc_lease_t;
+typedef struct lbc_lock_info lbc_lock_info_t;
 
 /* An event from the broker, or the client's "disconnected". */
 typedef enum lbc_event_type {
@@ -148,7 +149,9 @@ typedef enum lbc_event_type {
 	LBC_EVENT_SHUTDOWN,     /* grace_ms: the broker is stopping */
 	LBC_EVENT_CLOSING,      /* reason: the broker closes the connection */
 	LBC_EVENT_DISCONNECTED, /* the client's: the session ended (reason: why) */
-	LBC_EVENT_OTHER,        /* name: an event this client does not know */
+	LBC_EVENT_CHANGED,      /* watch, lock, info: a watched lock's state (lbc_watch) */
+	LBC_EVENT_OTHER,        /* name: an event this client does not know (or a
+	                           "changed" of a watch sent with lbc_request) */
 } lbc_event_type;
 
 typedef struct lbc_event {
@@ -158,7 +161,11 @@ typedef struct lbc_event {
 	const char *lock;   /* LOST: the lock's name */
 	const char *reason; /* LOST, CLOSING, DISCONNECTED */
 	int64_t grace_ms;   /* SHUTDOWN */
-	const char *line;   /* the broker's line as received (NULL for DISCONNECTED) */
+	const char *line;   /* the broker's line as received (NULL for DISCONNECTED;
+	                       for CHANGED after a reconnect: the watch's answer) */
+	const char *watch;  /* CHANGED: the id lbc_watch gave */
+	const lbc_lock_info_t *info; /* CHANGED: the lock's state (NULL if unreadable);
+	                                lbc_leader_of reads the leader from it */
 } lbc_event_t;
 
 /* Options of lbc_connect; a zeroed struct (or NULL) means every default. */
@@ -320,8 +327,6 @@ lbc_status lbc_release(lbc_client_t *c, lbc_lease_t *lease, int64_t *count_left,
 lbc_status lbc_extend(lbc_client_t *c, lbc_lease_t *lease, int64_t ttl_ms, int64_t *new_ttl_ms,
                       lbc_error_t *err);
 
-/* Drops a handle without releasing anything (a detached lease whose token
- * you keep; a lease the session's end will release). NULL is accepted. */
 /* An exclusive lease's new published value (an election's leader's)
  * without a new term: *fence (if not NULL) is the term. LBC_NOT_HELD /
  * LBC_LOST as lbc_extend; LBC_INVALID_ARGUMENT for a lease that is not
@@ -329,16 +334,98 @@ lbc_status lbc_extend(lbc_client_t *c, lbc_lease_t *lease, int64_t ttl_ms, int64
 lbc_status lbc_proclaim(lbc_client_t *c, lbc_lease_t *lease, const char *value, int64_t *fence,
                         lbc_error_t *err);
 
-/* Watches lock name (the broker's watch): *state (if not NULL; the caller
- * frees it) is the answer line, the lock's state now; *watch_id (if not
- * NULL; the caller frees it) names the watch for lbc_unwatch. Each change
- * then comes as an LBC_EVENT_OTHER event named "changed" (its line, the
- * state after it) to opts.on_event, read by lbc_poll. A watch ends with its
- * session: after LBC_EVENT_DISCONNECTED, watch again. */
-lbc_status lbc_watch(lbc_client_t *c, const char *name, char **state, char **watch_id,
-                     lbc_error_t *err);
+/* Watches lock name (the broker's watch) until lbc_unwatch or lbc_close,
+ * across sessions. *state (if not NULL; the caller's: lbc_lock_info_free)
+ * is the lock's state now; *watch_id (if not NULL; the caller frees it)
+ * names the watch. Each change then comes to opts.on_event as an
+ * LBC_EVENT_CHANGED (ev->watch, ev->lock, ev->info: the state after it;
+ * fences never go down), read by lbc_poll, which returns once one came.
+ * A change right behind the watch's answer may reach on_event before
+ * lbc_watch returns: *state is the state the watch began with, the
+ * events are newer. When the session ends (a dropped connection, a
+ * broker restart) the watch goes on: lbc_poll opens a new session (with the
+ * reconnect backoff) and watches again, and the state read afresh comes as
+ * one more LBC_EVENT_CHANGED (after LBC_EVENT_DISCONNECTED). Without
+ * on_event the watch is kept but its changes are not seen. */
+lbc_status lbc_watch(lbc_client_t *c, const char *name, lbc_lock_info_t **state,
+                     char **watch_id, lbc_error_t *err);
+/* Ends watch_id: LBC_OK, or LBC_NOT_HELD for an id this client does not
+ * keep (unwatched already). No event of it is delivered after it returns
+ * (but one that another thread's call is delivering at that moment). */
 lbc_status lbc_unwatch(lbc_client_t *c, const char *watch_id, lbc_error_t *err);
 
+/* ---- leader election ---------------------------------------------------------- */
+
+/* An election is an exclusive lock whose holder publishes a value (its
+ * address): the leader is the holder, the term is the lease's fence. */
+
+/* Campaigns in election name, publishing value (NULL: none; at most 4096
+ * bytes): waits until this caller leads, then LBC_OK with *term, the
+ * leadership's lease (lbc_lease_fence: the term). opts as lbc_acquire's
+ * (mode, limit and value are the campaign's own; wait_ms bounds the wait:
+ * LBC_TIMEOUT; cancel: LBC_CANCELLED). A dropped connection, a broker
+ * restart or Redis down while waiting do not end the campaign: the client
+ * reconnects with its backoff and campaigns again (wait_ms LBC_NO_WAIT:
+ * one try, which returns them). Leadership ends with lbc_resign, or with
+ * the lease's loss (lbc_poll > 0, lbc_lease_lost(*term)): call
+ * lbc_campaign again to stand again. */
+lbc_status lbc_campaign(lbc_client_t *c, const char *name, const char *value,
+                        const lbc_acquire_opts_t *opts, lbc_lease_t **term, lbc_error_t *err);
+/* Ends the leadership (releases the term's lease and frees it): as
+ * lbc_release (LBC_LOST when it was lost already). */
+lbc_status lbc_resign(lbc_client_t *c, lbc_lease_t *term, lbc_error_t *err);
+
+#define LBC_VALUE_MAX 4096
+
+/* Who leads an election. */
+typedef struct lbc_leader {
+	bool leading;                    /* somebody leads (false: nobody) */
+	int64_t term;                    /* the leader's fence */
+	bool has_value;                  /* the leader published a value */
+	char value[LBC_VALUE_MAX + 1];
+	char client[257];                /* the leader's client label */
+} lbc_leader_t;
+
+/* Who leads election name now (out->leading false: nobody). */
+lbc_status lbc_leader(lbc_client_t *c, const char *name, lbc_leader_t *out, lbc_error_t *err);
+/* The leader a lock's state shows (an LBC_EVENT_CHANGED's info); returns
+ * out->leading. */
+bool lbc_leader_of(const lbc_lock_info_t *info, lbc_leader_t *out);
+/* Observes election name: *now (if not NULL) is who leads now, and every
+ * change (a new term, a proclaim, nobody leading) comes as an
+ * LBC_EVENT_CHANGED whose info lbc_leader_of reads; it goes on across
+ * sessions as lbc_watch (which it is). *watch_id as lbc_watch's. */
+lbc_status lbc_observe(lbc_client_t *c, const char *name, lbc_leader_t *now, char **watch_id,
+                       lbc_error_t *err);
+
+/* ---- all or nothing ------------------------------------------------------------- */
+
+/* One lock of lbc_lock_all: exclusive unless shared, a semaphore's permit
+ * when limit > 0. */
+typedef struct lbc_lock_spec {
+	const char *name;
+	lbc_mode mode;
+	int64_t limit;
+} lbc_lock_spec_t;
+
+#define LBC_LOCK_ALL_MAX 64
+
+/* Takes every lock of locks[0..n) or none (the broker's acquire_all):
+ * LBC_OK with out[0..n) (the caller's; each an ordinary lease, released,
+ * extended and lost one by one) in the order of locks. The broker takes
+ * them in one total order, so callers asking overlapping sets in any
+ * order never deadlock. opts as lbc_acquire's for all of them (ttl_ms,
+ * wait_ms, watchdog, fair, detach, max_hold_ms, lock_delay_ms, owner,
+ * cancel); mode, limit and value are not taken from opts (value:
+ * LBC_INVALID_ARGUMENT). On a timeout, a cancel, an error or a dropped
+ * connection the broker gives back what it took: nothing is held. n:
+ * 1..LBC_LOCK_ALL_MAX, names distinct (else LBC_INVALID_ARGUMENT, from the
+ * broker for a repeated name). */
+lbc_status lbc_lock_all(lbc_client_t *c, const lbc_lock_spec_t *locks, size_t n,
+                        const lbc_acquire_opts_t *opts, lbc_lease_t **out, lbc_error_t *err);
+
+/* Drops a handle without releasing anything (a detached lease whose token
+ * you keep; a lease the session's end will release). NULL is accepted. */
 void lbc_lease_free(lbc_lease_t *lease);
 
 /* The grant. These never block and may be called from any thread. */
@@ -360,8 +447,12 @@ lbc_status lbc_lease_check(const lbc_lease_t *l, lbc_error_t *err);
  * timeout_ms (0: only what has arrived; < 0: until a lease is lost). Returns
  * the number of lease handles found lost since the previous lbc_poll (by
  * this call or any other), so > 0 means "stop using the resource of the
- * leases lbc_lease_lost() names"; -1 with err for bad arguments. It never
- * connects: without a session it returns at once. */
+ * leases lbc_lease_lost() names"; -1 with err for bad arguments. It also
+ * returns once a change of a watched lock came (delivered by it, or by
+ * another call). Without a session it returns at once, unless the client
+ * keeps a watch (lbc_watch): then it opens one (an attempt when the
+ * reconnect backoff allows, within timeout_ms or 100 ms at least) and
+ * watches again. */
 int lbc_poll(lbc_client_t *c, int timeout_ms, lbc_error_t *err);
 
 /* ---- by token (detached leases, lockctl's release/extend TOKEN) ----------- */
@@ -382,7 +473,7 @@ typedef struct lbc_holder {
 	char *value; /* an exclusive holder's value, NULL for none */
 } lbc_holder_t;
 
-typedef struct lbc_lock_info {
+struct lbc_lock_info {
 	char *lock;
 	char state[16];     /* "free", "exclusive", "shared", "semaphore" */
 	int64_t limit;      /* 0: not a semaphore (null) */
@@ -391,7 +482,8 @@ typedef struct lbc_lock_info {
 	int64_t waiters;
 	bool has_fence;     /* false: Redis keeps no fence for the name (null) */
 	int64_t fence;
-} lbc_lock_info_t;
+	int64_t delay_ms;   /* state "delayed": the lock delay left */
+};
 
 /* A lock's state (never tokens). *out is the caller's: lbc_lock_info_free. */
 lbc_status lbc_inspect(lbc_client_t *c, const char *name, lbc_lock_info_t **out,

@@ -93,21 +93,21 @@ bool lbc_name_valid(const char *name)
 	return true;
 }
 
-lbc_lease_t *lbc_lease_from_answer(lbc_client_t *c, const lbc_jdoc_t *d, uint64_t gen,
-                                   bool detached)
+lbc_lease_t *lbc_lease_from_answer(lbc_client_t *c, const lbc_jdoc_t *d, uint32_t obj,
+                                   uint64_t gen, bool detached)
 {
 	size_t tlen;
-	const char *token = lbc_json_str(d, 0, "lease", &tlen);
-	const char *lock = lbc_json_str(d, 0, "lock", NULL);
-	const char *mode = lbc_json_str(d, 0, "mode", NULL);
+	const char *token = lbc_json_str(d, obj, "lease", &tlen);
+	const char *lock = lbc_json_str(d, obj, "lock", NULL);
+	const char *mode = lbc_json_str(d, obj, "mode", NULL);
 	int64_t fence, ttl = 0, count = 1;
 	lbc_lease_t *l;
 
 	if (token == NULL || tlen == 0 || tlen > LBC_TOKEN_MAX || strlen(token) != tlen ||
-	    lbc_json_int(d, 0, "fence", &fence) < 0)
+	    lbc_json_int(d, obj, "fence", &fence) < 0)
 		return NULL;
-	(void)lbc_json_int(d, 0, "ttl_ms", &ttl);
-	(void)lbc_json_int(d, 0, "count", &count);
+	(void)lbc_json_int(d, obj, "ttl_ms", &ttl);
+	(void)lbc_json_int(d, obj, "count", &count);
 	l = calloc(1, sizeof(*l));
 	if (l == NULL)
 		abort();
@@ -211,6 +211,65 @@ lbc_status lbc_lease_check(const lbc_lease_t *l, lbc_error_t *err)
 
 /* ---- acquire ---------------------------------------------------------------------- */
 
+lbc_status lbc_acquire_opts_check(lbc_client_t *c, const lbc_acquire_opts_t *o, char *owner,
+                                  size_t owner_len, lbc_error_t *err)
+{
+	if (c == NULL)
+		return lbc_set_error(err, LBC_INVALID_ARGUMENT, "NULL client");
+	if (o->mode != LBC_EXCLUSIVE && o->mode != LBC_SHARED)
+		return lbc_set_error(err, LBC_INVALID_ARGUMENT, "mode must be LBC_EXCLUSIVE or LBC_SHARED");
+	if (o->limit < 0 || (o->limit > 0 && o->mode == LBC_SHARED))
+		return lbc_set_error(err, LBC_INVALID_ARGUMENT,
+		                     "limit must be >= 0, and a semaphore (limit) has no shared mode");
+	if (o->ttl_ms < 0 || o->max_hold_ms < 0 || o->wait_ms < LBC_NO_WAIT || o->lock_delay_ms < 0)
+		return lbc_set_error(err, LBC_INVALID_ARGUMENT,
+		                     "ttl_ms, max_hold_ms and lock_delay_ms must be >= 0, wait_ms >= LBC_NO_WAIT");
+	if (o->watchdog < -1 || o->watchdog > 1 || o->fair < -1 || o->fair > 1)
+		return lbc_set_error(err, LBC_INVALID_ARGUMENT,
+		                     "watchdog and fair must be LBC_DEFAULT, LBC_ON or LBC_OFF");
+	if (o->owner) {
+		size_t n = strlen(o->owner);
+		if (n > LBC_OWNER_MAX || !lbc_utf8_valid(o->owner, n))
+			return lbc_set_error(err, LBC_INVALID_ARGUMENT,
+			                     "the owner must be UTF-8 of at most 128 bytes");
+		snprintf(owner, owner_len, "%s", o->owner);
+	} else {
+		lbc_fresh_owner(c, owner, owner_len);
+	}
+	if (lbc_cancel_fired(o->cancel))
+		return lbc_set_error(err, LBC_CANCELLED, "the acquire was cancelled before it was sent");
+	return LBC_OK;
+}
+
+void lbc_acquire_opts_write(lbc_jw_t *w, const lbc_acquire_opts_t *o, const char *owner)
+{
+	if (o->ttl_ms > 0)
+		lbc_jw_kint(w, "ttl_ms", o->ttl_ms);
+	if (o->wait_ms != LBC_WAIT_FOREVER)
+		lbc_jw_kint(w, "wait_ms", o->wait_ms == LBC_NO_WAIT ? 0 : o->wait_ms);
+	if (o->watchdog != LBC_DEFAULT)
+		lbc_jw_kbool(w, "watchdog", o->watchdog == LBC_ON);
+	if (o->fair != LBC_DEFAULT)
+		lbc_jw_kbool(w, "fair", o->fair == LBC_ON);
+	if (o->detach)
+		lbc_jw_kbool(w, "detach", true);
+	if (o->max_hold_ms > 0)
+		lbc_jw_kint(w, "max_hold_ms", o->max_hold_ms);
+	if (o->lock_delay_ms > 0)
+		lbc_jw_kint(w, "lock_delay_ms", o->lock_delay_ms);
+	lbc_jw_kstr(w, "owner", owner);
+}
+
+int64_t lbc_acquire_timeout(lbc_client_t *c, int64_t wait_ms)
+{
+	/* the broker enforces wait_ms; our limit only catches a mute broker */
+	int64_t rt = lbc_request_timeout(c);
+
+	if (wait_ms == LBC_WAIT_FOREVER || rt < 0)
+		return -1;
+	return (wait_ms == LBC_NO_WAIT ? 0 : wait_ms) + rt;
+}
+
 lbc_status lbc_acquire(lbc_client_t *c, const char *name, const lbc_acquire_opts_t *opts,
                        lbc_lease_t **out, lbc_error_t *err)
 {
@@ -218,7 +277,6 @@ lbc_status lbc_acquire(lbc_client_t *c, const char *name, const lbc_acquire_opts
 	char owner[LBC_OWNER_MAX + 1];
 	lbc_pending_t p;
 	lbc_jw_t w;
-	int64_t timeout, rt;
 	lbc_status st;
 
 	if (out == NULL)
@@ -231,28 +289,8 @@ lbc_status lbc_acquire(lbc_client_t *c, const char *name, const lbc_acquire_opts
 		                     "the lock name must be 1..512 bytes of UTF-8 without control characters");
 	if (opts)
 		o = *opts;
-	if (o.mode != LBC_EXCLUSIVE && o.mode != LBC_SHARED)
-		return lbc_set_error(err, LBC_INVALID_ARGUMENT, "mode must be LBC_EXCLUSIVE or LBC_SHARED");
-	if (o.limit < 0 || (o.limit > 0 && o.mode == LBC_SHARED))
-		return lbc_set_error(err, LBC_INVALID_ARGUMENT,
-		                     "limit must be >= 0, and a semaphore (limit) has no shared mode");
-	if (o.ttl_ms < 0 || o.max_hold_ms < 0 || o.wait_ms < LBC_NO_WAIT)
-		return lbc_set_error(err, LBC_INVALID_ARGUMENT,
-		                     "ttl_ms and max_hold_ms must be >= 0, wait_ms >= LBC_NO_WAIT");
-	if (o.watchdog < -1 || o.watchdog > 1 || o.fair < -1 || o.fair > 1)
-		return lbc_set_error(err, LBC_INVALID_ARGUMENT,
-		                     "watchdog and fair must be LBC_DEFAULT, LBC_ON or LBC_OFF");
-	if (o.owner) {
-		size_t n = strlen(o.owner);
-		if (n > LBC_OWNER_MAX || !lbc_utf8_valid(o.owner, n))
-			return lbc_set_error(err, LBC_INVALID_ARGUMENT,
-			                     "the owner must be UTF-8 of at most 128 bytes");
-		snprintf(owner, sizeof(owner), "%s", o.owner);
-	} else {
-		lbc_fresh_owner(c, owner, sizeof(owner));
-	}
-	if (lbc_cancel_fired(o.cancel))
-		return lbc_set_error(err, LBC_CANCELLED, "the acquire was cancelled before it was sent");
+	if ((st = lbc_acquire_opts_check(c, &o, owner, sizeof(owner), err)) != LBC_OK)
+		return st;
 	/* a lease bound to the session is watched from its grant on */
 	if (!o.detach && (st = lbc_liveness_start(c, err)) != LBC_OK)
 		return st;
@@ -267,32 +305,12 @@ lbc_status lbc_acquire(lbc_client_t *c, const char *name, const lbc_acquire_opts
 		lbc_jw_kstr(&w, "mode", "shared");
 	if (o.limit > 0)
 		lbc_jw_kint(&w, "limit", o.limit);
-	if (o.ttl_ms > 0)
-		lbc_jw_kint(&w, "ttl_ms", o.ttl_ms);
-	if (o.wait_ms != LBC_WAIT_FOREVER)
-		lbc_jw_kint(&w, "wait_ms", o.wait_ms == LBC_NO_WAIT ? 0 : o.wait_ms);
-	if (o.watchdog != LBC_DEFAULT)
-		lbc_jw_kbool(&w, "watchdog", o.watchdog == LBC_ON);
-	if (o.fair != LBC_DEFAULT)
-		lbc_jw_kbool(&w, "fair", o.fair == LBC_ON);
-	if (o.detach)
-		lbc_jw_kbool(&w, "detach", true);
-	if (o.max_hold_ms > 0)
-		lbc_jw_kint(&w, "max_hold_ms", o.max_hold_ms);
 	if (o.value)
 		lbc_jw_kstr(&w, "value", o.value);
-	if (o.lock_delay_ms > 0)
-		lbc_jw_kint(&w, "lock_delay_ms", o.lock_delay_ms);
-	lbc_jw_kstr(&w, "owner", owner);
+	lbc_acquire_opts_write(&w, &o, owner);
 	lbc_req_finish(&w);
 
-	/* the broker enforces wait_ms; our limit only catches a mute broker */
-	rt = lbc_request_timeout(c);
-	if (o.wait_ms == LBC_WAIT_FOREVER || rt < 0)
-		timeout = -1;
-	else
-		timeout = (o.wait_ms == LBC_NO_WAIT ? 0 : o.wait_ms) + rt;
-	st = lbc_call(c, &p, &w, timeout, o.cancel, err);
+	st = lbc_call(c, &p, &w, lbc_acquire_timeout(c, o.wait_ms), o.cancel, err);
 	lbc_jw_free(&w);
 	if (st == LBC_OK) {
 		if (!lbc_json_true(&p.doc, 0, "ok")) {

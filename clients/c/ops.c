@@ -42,39 +42,22 @@ static lbc_status simple(lbc_client_t *c, lbc_pending_t *p, const char *op, cons
 	return st;
 }
 
-lbc_status lbc_inspect(lbc_client_t *c, const char *name, lbc_lock_info_t **out, lbc_error_t *err)
+lbc_lock_info_t *lbc_lock_info_from(const lbc_jdoc_t *d, uint32_t obj)
 {
-	lbc_pending_t p;
-	lbc_lock_info_t *info;
-	lbc_status st;
-	const lbc_jdoc_t *d;
-	uint32_t hs;
+	lbc_lock_info_t *info = calloc(1, sizeof(*info));
 	const char *s;
+	uint32_t hs;
 
-	if (out == NULL)
-		return lbc_set_error(err, LBC_INVALID_ARGUMENT, "lbc_inspect: out is NULL");
-	*out = NULL;
-	if (c == NULL)
-		return lbc_set_error(err, LBC_INVALID_ARGUMENT, "lbc_inspect: NULL client");
-	if (!lbc_name_valid(name))
-		return lbc_set_error(err, LBC_INVALID_ARGUMENT,
-		                     "the lock name must be 1..512 bytes of UTF-8 without control characters");
-	st = simple(c, &p, "inspect", "lock", name, err);
-	if (st != LBC_OK) {
-		lbc_call_done(&p);
-		return st;
-	}
-	d = &p.doc;
-	info = calloc(1, sizeof(*info));
 	if (info == NULL)
 		abort();
-	info->lock = dup_or_empty(lbc_json_str(d, 0, "lock", NULL));
-	if ((s = lbc_json_str(d, 0, "state", NULL)))
+	info->lock = dup_or_empty(lbc_json_str(d, obj, "lock", NULL));
+	if ((s = lbc_json_str(d, obj, "state", NULL)))
 		snprintf(info->state, sizeof(info->state), "%s", s);
-	(void)lbc_json_int(d, 0, "limit", &info->limit);
-	(void)lbc_json_int(d, 0, "waiters", &info->waiters);
-	info->has_fence = lbc_json_int(d, 0, "fence", &info->fence) == 0;
-	hs = lbc_json_get(d, 0, "holders");
+	(void)lbc_json_int(d, obj, "limit", &info->limit);
+	(void)lbc_json_int(d, obj, "waiters", &info->waiters);
+	(void)lbc_json_int(d, obj, "delay_ms", &info->delay_ms);
+	info->has_fence = lbc_json_int(d, obj, "fence", &info->fence) == 0;
+	hs = lbc_json_get(d, obj, "holders");
 	if (lbc_json_type(d, hs) == LBC_J_ARR && d->nodes[hs].v.c.n > 0) {
 		size_t n = d->nodes[hs].v.c.n, i = 0;
 		info->holders = calloc(n, sizeof(*info->holders));
@@ -93,9 +76,27 @@ lbc_status lbc_inspect(lbc_client_t *c, const char *name, lbc_lock_info_t **out,
 		}
 		info->n_holders = i;
 	}
+	return info;
+}
+
+lbc_status lbc_inspect(lbc_client_t *c, const char *name, lbc_lock_info_t **out, lbc_error_t *err)
+{
+	lbc_pending_t p;
+	lbc_status st;
+
+	if (out == NULL)
+		return lbc_set_error(err, LBC_INVALID_ARGUMENT, "lbc_inspect: out is NULL");
+	*out = NULL;
+	if (c == NULL)
+		return lbc_set_error(err, LBC_INVALID_ARGUMENT, "lbc_inspect: NULL client");
+	if (!lbc_name_valid(name))
+		return lbc_set_error(err, LBC_INVALID_ARGUMENT,
+		                     "the lock name must be 1..512 bytes of UTF-8 without control characters");
+	st = simple(c, &p, "inspect", "lock", name, err);
+	if (st == LBC_OK)
+		*out = lbc_lock_info_from(&p.doc, 0);
 	lbc_call_done(&p);
-	*out = info;
-	return LBC_OK;
+	return st;
 }
 
 void lbc_lock_info_free(lbc_lock_info_t *info)
@@ -309,63 +310,5 @@ lbc_status lbc_request(lbc_client_t *c, const char *op, const char *fields_json,
 		}
 	}
 	lbc_call_done(&p);
-	return st;
-}
-
-lbc_status lbc_watch(lbc_client_t *c, const char *name, char **state, char **watch_id,
-                     lbc_error_t *err)
-{
-	lbc_jw_t w;
-	lbc_jdoc_t d;
-	char *line = NULL, msg[128];
-	lbc_status st;
-	const char *id;
-
-	if (state)
-		*state = NULL;
-	if (watch_id)
-		*watch_id = NULL;
-	if (c == NULL || name == NULL)
-		return lbc_set_error(err, LBC_INVALID_ARGUMENT, "lbc_watch: NULL argument");
-	if (!lbc_name_valid(name))
-		return lbc_set_error(err, LBC_INVALID_ARGUMENT,
-		                     "lock name must be UTF-8 of 1..512 bytes without control characters");
-	lbc_jw_init(&w);
-	lbc_jw_raw(&w, "{", 1);
-	lbc_jw_kstr(&w, "lock", name);
-	lbc_jw_raw(&w, "}", 1);
-	lbc_jw_raw(&w, "", 1); /* NUL */
-	st = lbc_request(c, "watch", w.buf, &line, err);
-	lbc_jw_free(&w);
-	if (st != LBC_OK) {
-		free(line);
-		return st;
-	}
-	if (watch_id && lbc_json_parse(&d, line, strlen(line), msg, sizeof(msg)) == 0) {
-		id = lbc_json_str(&d, 0, "watch", NULL);
-		*watch_id = id ? strdup(id) : NULL;
-		lbc_json_free(&d);
-	}
-	if (state)
-		*state = line;
-	else
-		free(line);
-	return LBC_OK;
-}
-
-lbc_status lbc_unwatch(lbc_client_t *c, const char *watch_id, lbc_error_t *err)
-{
-	lbc_jw_t w;
-	lbc_status st;
-
-	if (c == NULL || watch_id == NULL)
-		return lbc_set_error(err, LBC_INVALID_ARGUMENT, "lbc_unwatch: NULL argument");
-	lbc_jw_init(&w);
-	lbc_jw_raw(&w, "{", 1);
-	lbc_jw_kstr(&w, "watch", watch_id);
-	lbc_jw_raw(&w, "}", 1);
-	lbc_jw_raw(&w, "", 1);
-	st = lbc_request(c, "unwatch", w.buf, NULL, err);
-	lbc_jw_free(&w);
 	return st;
 }

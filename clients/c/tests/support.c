@@ -586,3 +586,26 @@ fail:
 	fclose(f);
 	return -1;
 }
+
+/* ---- fake brokers ------------------------------------------------------------------------ */
+
+int fake_read_line(int fd, char *buf, size_t cap)
+{
+	size_t n = 0;
+	char ch;
+
+	while (n + 1 < cap && recv(fd, &ch, 1, 0) == 1) {
+		if (ch == '\n') {
+			buf[n] = '\0';
+			return 0;
+		}
+		buf[n++] = ch;
+	}
+	return -1;
+}
+
+long fake_request_id(const char *line)
+{
+	const char *p = strstr(line, "\"id\":");
+	return p ? strtol(p + 5, NULL, 10) : -1;
+}

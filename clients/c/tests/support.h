@@ -90,6 +90,14 @@ recorder_t recorder_get(recorder_t *r);
  * passed; returns the last count seen (-1: inspect failed). */
 int64_t wait_for_waiters(lbc_client_t *c, const char *name, int64_t want, int timeout_ms);
 
+/* ---- fake brokers (threads of a test) ----------------------------------------------- */
+
+/* Reads one request line (without its \n) from fd into buf, a byte at a
+ * time. 0, or -1 at EOF, error or a line longer than cap - 1. */
+int fake_read_line(int fd, char *buf, size_t cap);
+/* The request's "id", or -1. */
+long fake_request_id(const char *line);
+
 /* ---- protocol/PROTOCOL.md ---------------------------------------------------------- */
 
 /* The codes of the "Error codes" table of protocol/PROTOCOL.md (the tests

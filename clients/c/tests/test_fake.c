@@ -35,27 +35,6 @@ typedef struct fake {
 	bool serve;    /* F_FLAKY: serve the next connection (else close it at once) */
 } fake_t;
 
-static int read_line(int fd, char *buf, size_t cap)
-{
-	size_t n = 0;
-	char ch;
-
-	while (n + 1 < cap && recv(fd, &ch, 1, 0) == 1) {
-		if (ch == '\n') {
-			buf[n] = '\0';
-			return 0;
-		}
-		buf[n++] = ch;
-	}
-	return -1;
-}
-
-static long id_of(const char *line)
-{
-	const char *p = strstr(line, "\"id\":");
-	return p ? strtol(p + 5, NULL, 10) : -1;
-}
-
 static void send_str(int fd, const char *s, bool bytewise)
 {
 	size_t n = strlen(s);
@@ -103,22 +82,22 @@ static void *fake_main(void *arg)
 
 	if (fd < 0)
 		return NULL;
-	if (read_line(fd, line, sizeof(line)) < 0)
+	if (fake_read_line(fd, line, sizeof(line)) < 0)
 		goto done;
 	if (f->mode == F_HELLO_REFUSED) {
 		snprintf(out, sizeof(out),
 		         "{\"id\":%ld,\"ok\":false,\"error\":{\"code\":\"limit_exceeded\",\"message\":\"too many\"}}\n",
-		         id_of(line));
+		         fake_request_id(line));
 		send_str(fd, out, false);
 		goto done;
 	}
 	snprintf(out, sizeof(out),
 	         "{\"id\":%ld,\"ok\":true,\"server\":\"fake/1\",\"proto\":1,\"session\":\"f1\",\"broker\":\"fk\","
 	         "\"limits\":{\"max_line\":4096}}\n",
-	         id_of(line));
+	         fake_request_id(line));
 	send_str(fd, out, f->mode == F_SPLIT);
-	while (read_line(fd, line, sizeof(line)) == 0) {
-		long id = id_of(line);
+	while (fake_read_line(fd, line, sizeof(line)) == 0) {
+		long id = fake_request_id(line);
 		if (f->mode == F_ERRORS) {
 			answer_with_code(f, fd, line, id);
 			continue;
@@ -187,7 +166,7 @@ static void *flaky_main(void *arg)
 		f->accepts++;
 		serve = f->serve;
 		pthread_mutex_unlock(&f->mu);
-		while (serve && read_line(fd, line, sizeof(line)) == 0) {
+		while (serve && fake_read_line(fd, line, sizeof(line)) == 0) {
 			if (strstr(line, "\"op\":\"drop\"")) {
 				pthread_mutex_lock(&f->mu);
 				f->serve = false;
@@ -198,9 +177,9 @@ static void *flaky_main(void *arg)
 				snprintf(out, sizeof(out),
 				         "{\"id\":%ld,\"ok\":true,\"server\":\"fake/1\",\"proto\":1,\"session\":\"f%d\","
 				         "\"broker\":\"fk\",\"limits\":{\"max_line\":4096}}\n",
-				         id_of(line), f->accepts);
+				         fake_request_id(line), f->accepts);
 			else
-				snprintf(out, sizeof(out), "{\"id\":%ld,\"ok\":true,\"redis\":\"up\"}\n", id_of(line));
+				snprintf(out, sizeof(out), "{\"id\":%ld,\"ok\":true,\"redis\":\"up\"}\n", fake_request_id(line));
 			send_str(fd, out, false);
 		}
 		close(fd);

@@ -158,21 +158,6 @@ typedef struct lfake {
 	bool hello_keepalive; /* hello asked for keepalive_ms */
 } lfake_t;
 
-static int read_line(int fd, char *buf, size_t cap)
-{
-	size_t n = 0;
-	char ch;
-
-	while (n + 1 < cap && recv(fd, &ch, 1, 0) == 1) {
-		if (ch == '\n') {
-			buf[n] = '\0';
-			return 0;
-		}
-		buf[n++] = ch;
-	}
-	return -1;
-}
-
 /* The integer after "key": in line, or -1. */
 static long field(const char *line, const char *key)
 {
@@ -194,7 +179,7 @@ static void *lfake_main(void *arg)
 
 	if (fd < 0)
 		return NULL;
-	while (read_line(fd, line, sizeof(line)) == 0) {
+	while (fake_read_line(fd, line, sizeof(line)) == 0) {
 		long id = field(line, "id");
 		bool muted;
 
