@@ -10,6 +10,9 @@ BINDIR  := $(PREFIX)/bin
 SYSCONFDIR  ?= /etc
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+LIBDIR      ?= $(PREFIX)/lib
+INCLUDEDIR  ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
 CC      ?= cc
 PKGS    := libuv hiredis jansson
@@ -38,7 +41,7 @@ REDLOCK_SRCS := $(wildcard tests/redlock/*.c)
 REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.o
 SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o
 
-.PHONY: all deps run test test-clients unit integration ha cluster redlock clean install bench bench-ha bench-cluster bench-redlock bench-tools fuzz fuzz-protocol deps-check
+.PHONY: all deps run test test-clients unit integration ha cluster redlock clean install bench bench-ha bench-cluster bench-redlock bench-tools fuzz fuzz-protocol deps-check test-packaging
 # lockctl, the command-line client, is built once its sources exist.
 LOCKCTL_BIN := $(if $(LOCKCTL_SRCS),build/lockctl)
 LOCKCTL_SAN := $(if $(LOCKCTL_SRCS),build/san/lockctl)
@@ -121,7 +124,7 @@ build/san/redlock_tests: $(patsubst %.c,build/san/%.o,$(REDLOCK_SRCS)) \
 
 # ---- the two commands -----------------------------------------------------
 run: deps
-	@$(MAKE) --no-print-directory build/lockbrokerd
+	@$(MAKE) --no-print-directory build/lockbrokerd $(LOCKCTL_BIN)
 	@sh deploy/run-dev.sh
 
 # ASAN_OPTIONS: leaks are errors. Criterion forks workers; each is checked.
@@ -147,6 +150,13 @@ test: deps deps-check
 	    cluster+redlock 'build/san/cluster_tests --jobs 1 && build/san/redlock_tests --jobs 1'
 	@CLIENTS=1 sh deploy/install-deps.sh
 	$(TEST_ENV) sh tests/clients/run-all.sh
+	@PACKAGING=1 sh deploy/install-deps.sh
+	$(TEST_ENV) sh tests/packaging/run-all.sh
+
+# Packages as users install them (tests/packaging/run-all.sh).
+test-packaging: build/san/lockbrokerd
+	@CLIENTS=1 PACKAGING=1 sh deploy/install-deps.sh
+	$(TEST_ENV) sh tests/packaging/run-all.sh
 
 unit: build/san/unit_tests
 	$(TEST_ENV) build/san/unit_tests
@@ -190,14 +200,45 @@ build/clients/c/san/liblbclient.a: $(patsubst %.c,build/clients/c/san/%.o,$(LBC_
 	rm -f $@ && ar rcs $@ $^
 build/clients/c/tests: $(patsubst %.c,build/clients/c/san/%.o,$(LBC_TEST_SRCS)) build/clients/c/san/liblbclient.a
 	$(CC) $(SAN_FLAGS) -pthread -o $@ $^ $(CRIT_LIBS)
+# The shared library: position-independent objects, the soname
+# liblbclient.so.$(LBC_SOVERSION), exporting lbclient.h's functions only
+# (clients/c/lbclient.map).
+LBC_VERSION   := $(shell sed -n 's/^\#define LBC_VERSION "\(.*\)"/\1/p' clients/c/lbclient.h)
+LBC_SOVERSION := 0
+LBC_SO        := build/clients/c/liblbclient.so.$(LBC_VERSION)
+build/clients/c/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(LBC_CFLAGS) -O2 -g -fPIC -c $< -o $@
+$(LBC_SO): $(patsubst %.c,build/clients/c/pic/%.o,$(LBC_LIB_SRCS)) clients/c/lbclient.map
+	$(CC) -shared -pthread -Wl,-soname,liblbclient.so.$(LBC_SOVERSION) \
+	    -Wl,--version-script=clients/c/lbclient.map -Wl,-z,defs -o $@ \
+	    $(patsubst %.c,build/clients/c/pic/%.o,$(LBC_LIB_SRCS))
+build/clients/c/lbclient.pc: clients/c/lbclient.pc.in clients/c/lbclient.h Makefile
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(LBC_VERSION)|' $< > $@
+.PHONY: build/clients/c/lbclient.pc
 build/clients/c/counter: build/clients/c/rel/examples/c/counter.o build/clients/c/liblbclient.a
 	$(CC) -pthread -o $@ $^
 build/clients/c/bench: build/clients/c/rel/clients/c/bench.o build/clients/c/liblbclient.a
 	$(CC) -pthread -o $@ $^
 
-# Binaries, the systemd unit (paths filled in), its user, and an example
-# config that never overwrites an existing one.
-install: build/lockbrokerd $(LOCKCTL_BIN)
+# The C client (issue 28): liblbclient.so (soname .so.0, and the .so link
+# to build against), liblbclient.a, lbclient.h and lbclient.pc, so that
+# `pkg-config --cflags --libs lbclient` is all a program needs.
+.PHONY: install-lbclient
+install-lbclient: $(LBC_SO) build/clients/c/liblbclient.a build/clients/c/lbclient.pc
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 0755 $(LBC_SO) $(DESTDIR)$(LIBDIR)/
+	ln -sf liblbclient.so.$(LBC_VERSION) $(DESTDIR)$(LIBDIR)/liblbclient.so.$(LBC_SOVERSION)
+	ln -sf liblbclient.so.$(LBC_SOVERSION) $(DESTDIR)$(LIBDIR)/liblbclient.so
+	install -m 0644 build/clients/c/liblbclient.a $(DESTDIR)$(LIBDIR)/
+	install -m 0644 clients/c/lbclient.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 0644 build/clients/c/lbclient.pc $(DESTDIR)$(PKGCONFIGDIR)/
+
+# Binaries, the systemd unit (paths filled in), its user, an example
+# config that never overwrites an existing one, and the C client.
+install: build/lockbrokerd $(LOCKCTL_BIN) install-lbclient
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
 	           $(DESTDIR)$(SYSCONFDIR)/lockbroker
 	install -m 0755 build/lockbrokerd $(LOCKCTL_BIN) $(DESTDIR)$(BINDIR)/

@@ -4,6 +4,7 @@
 # FUZZ=1 (make fuzz-protocol) adds clang and its libFuzzer runtime, which
 # nothing else needs. CLIENTS=1 (make test, make test-clients) adds what
 # the client libraries' tests run on: python3, golang-go and nodejs.
+# PACKAGING=1: the tools of tests/packaging/.
 set -eu
 
 PKGS="build-essential pkg-config xxd libuv1-dev libhiredis-dev libjansson-dev \
@@ -13,6 +14,11 @@ if [ "${FUZZ:-}" = 1 ]; then
 fi
 if [ "${CLIENTS:-}" = 1 ]; then
 	PKGS="$PKGS python3 golang-go nodejs"
+fi
+# PACKAGING=1 (make test, make test-packaging): what building and
+# installing the packages takes (tests/packaging/).
+if [ "${PACKAGING:-}" = 1 ]; then
+	PKGS="$PKGS binutils"
 fi
 
 missing=""

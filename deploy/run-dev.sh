@@ -1,7 +1,9 @@
 #!/bin/sh
 # `make run`: a private redis-server and lockbrokerd in the foreground.
-# Redis keeps its socket and data under .run/ (git-ignored) and listens on
-# no TCP port; the broker listens on tcp://127.0.0.1:7380 and on
+# Redis keeps its socket and data under .run/ (git-ignored) and also
+# listens on 127.0.0.1:6379 when that port is free (the examples/ programs
+# keep their counter there; when another Redis has the port, they use
+# that one); the broker listens on tcp://127.0.0.1:7380 and on
 # .run/lockbroker.sock. Ctrl-C stops both.
 # Extra broker flags can be given in LOCKBROKERD_FLAGS.
 set -eu
@@ -20,8 +22,14 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
+# 6379 free? (redis-cli fails to connect when nothing listens there)
+port=0
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+	port=6379
+fi
+
 rm -f "$run/redis.sock"
-redis-server --port 0 --unixsocket "$run/redis.sock" --unixsocketperm 700 \
+redis-server --port "$port" --bind 127.0.0.1 --unixsocket "$run/redis.sock" --unixsocketperm 700 \
 	--dir "$run" --save "" --appendonly no --daemonize no \
 	--logfile "$run/redis.log" &
 redis_pid=$!
@@ -35,7 +43,11 @@ until redis-cli -s "$run/redis.sock" ping >/dev/null 2>&1; do
 	fi
 	sleep 0.05
 done
-echo "run-dev: redis-server ready on unix://$run/redis.sock" >&2
+if [ "$port" = 6379 ]; then
+	echo "run-dev: redis-server ready on unix://$run/redis.sock and 127.0.0.1:6379" >&2
+else
+	echo "run-dev: redis-server ready on unix://$run/redis.sock (127.0.0.1:6379 is another Redis's)" >&2
+fi
 
 # shellcheck disable=SC2086
 "$top/build/lockbrokerd" --redis "unix://$run/redis.sock" \
