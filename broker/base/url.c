@@ -204,13 +204,13 @@ int url_parse_listen(const char *url, listen_addr_t *out, char *err, size_t errl
 		const char *s = url + 7;
 
 		if (strpbrk(s, "?#") != NULL)
-			return fail(err, errlen, "unix listen URL takes no query or fragment");
+			return fail(err, errlen, "a unix:// URL takes no query or fragment");
 		if (parse_path(s, strlen(s), out->path, err, errlen) < 0)
 			goto bad;
 		out->kind = URL_UNIX;
 		return 0;
 	}
-	return fail(err, errlen, "unsupported listen URL (want tcp://HOST:PORT or unix:///PATH)");
+	return fail(err, errlen, "unsupported URL scheme (want tcp://HOST:PORT or unix:///PATH)");
 bad:
 	memset(out, 0, sizeof(*out));
 	return -1;

@@ -41,6 +41,18 @@
  * signalled, and signals the terminal sent (si_code SI_KERNEL) are not
  * forwarded, since they reached it already.
  *
+ * The guard: a kill -9 of lockctl closes its socket and the broker frees
+ * the lock at once, while the command (and what it started) would run on
+ * without it; PR_SET_PDEATHSIG reaches the command only, not its
+ * children. So a second child of lockctl, the guard, holds a copy of the
+ * session's socket and the read end of a pipe only lockctl writes to.
+ * When lockctl dies the pipe ends: the guard SIGKILLs the command's group
+ * (or the command), waits until it is gone, and exits, and only then does
+ * the socket close and the broker release the lock. When lockctl ends
+ * normally it writes a byte and the guard exits at once. The guard is a
+ * child of a threaded process that never execs: async-signal-safe calls
+ * only; it ignores the signals a terminal or a group kill sends.
+ *
  * Invariants: the socket and the pipes are close-on-exec, so the command
  * never holds the session; the client's liveness thread runs when we
  * fork, so the child makes only async-signal-safe calls before exec
@@ -57,6 +69,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -64,6 +77,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -370,6 +384,84 @@ static pid_t spawn(char **cmd, int64_t fence, bool own_group)
 	return pid;
 }
 
+/* ---- the guard (see the file comment) ------------------------------------- */
+
+static struct {
+	pid_t pid; /* 0: none */
+	int wfd;   /* lockctl's end of the pipe */
+} G = {0, -1};
+
+static void guard_main(int rfd, pid_t target) __attribute__((noreturn));
+static void guard_main(int rfd, pid_t target)
+{
+	static const int ignored[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE};
+	struct sigaction ign = {.sa_handler = SIG_IGN};
+	struct timespec tick = {0, 10 * 1000000};
+	sigset_t none;
+	char b;
+	ssize_t n;
+
+	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
+		sigaction(ignored[i], &ign, NULL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	setpgid(0, 0); /* out of the terminal's foreground group */
+	while ((n = read(rfd, &b, 1)) < 0 && errno == EINTR)
+		;
+	if (n == 1)
+		_exit(0); /* lockctl is done: nothing to stop */
+	/* lockctl is gone: the command must be before the lock is */
+	kill(target, SIGKILL);
+	for (int i = 0; i < 200 && !(kill(target, 0) < 0 && errno == ESRCH); i++)
+		nanosleep(&tick, NULL); /* a zombie nobody reaps ends this by time */
+	_exit(0);
+}
+
+/* Starts the guard over target (-pgid or pid). Without it (fork failed)
+ * the run goes on as before, with a warning. */
+static void guard_start(pid_t target)
+{
+	int gp[2];
+	sigset_t orig;
+	pid_t pid;
+
+	if (pipe2(gp, O_CLOEXEC) < 0) {
+		lc_err("warning: no guard (pipe: %s): a kill -9 of lockctl would leave the command running",
+		       strerror(errno));
+		return;
+	}
+	pthread_sigmask(SIG_BLOCK, &S.set, &orig);
+	pid = fork();
+	if (pid == 0) {
+		close(gp[1]);
+		guard_main(gp[0], target);
+	}
+	pthread_sigmask(SIG_SETMASK, &orig, NULL);
+	close(gp[0]);
+	if (pid < 0) {
+		lc_err("warning: no guard (fork: %s): a kill -9 of lockctl would leave the command running",
+		       strerror(errno));
+		close(gp[1]);
+		return;
+	}
+	G.pid = pid;
+	G.wfd = gp[1];
+}
+
+/* Tells the guard lockctl is done and reaps it. */
+static void guard_end(void)
+{
+	if (G.pid <= 0)
+		return;
+	if (write(G.wfd, "x", 1) < 0) {
+	}
+	close(G.wfd);
+	G.wfd = -1;
+	while (waitpid(G.pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	G.pid = 0;
+}
+
 /* Why a lease was lost, for the message. */
 static const char *lost_why(lbc_lost_reason r)
 {
@@ -503,6 +595,7 @@ int lc_run(const lc_global_t *g, const lc_lock_opts_t *o, char **cmd)
 		r = LC_EXIT_INTERNAL;
 		goto out; /* closing the session releases the lease */
 	}
+	guard_start(own_group ? -pid : pid);
 	r = supervise(c, o, lease, pid, own_group, &lost);
 	if (lost)
 		goto out;
@@ -531,6 +624,7 @@ int lc_run(const lc_global_t *g, const lc_lock_opts_t *o, char **cmd)
 		(void)lc_fail("release", &err, -1); /* a warning: the session's end releases it */
 	}
 out:
+	guard_end();
 	lbc_close(c);
 	lbc_lease_free(lease);
 	signals_free();

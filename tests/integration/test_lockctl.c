@@ -1376,6 +1376,9 @@ LB_TEST(lockctl, usage_errors, 40)
         EXPECT_STATUS(lc_run_args(&res, NULL, cases[i]), EX_USAGE_);
         cr_assert_eq(count_lines(res.err), 1, "case %zu: one line on stderr: %s", i, res.err);
     }
+    /* a client URL is not called a listen URL */
+    EXPECT_STATUS(lc_do(&res, "--broker", "http://x", "ping", NULL), EX_USAGE_);
+    cr_assert(strstr(res.err, "bad broker URL") && !strstr(res.err, "listen"), "%s", res.err);
 
     /* durations: junk, no unit, negative, overflow, sub-millisecond, range */
     const char *bad[] = {"5",   "-1s", "1x",  "",     "s",    "1.5ms", "1e3ms", " 1s", "1s ",
@@ -1524,5 +1527,55 @@ LB_TEST(lockctl, elect_leader_and_watch, 60)
                   64);
     EXPECT_STATUS(lc_do(&res, "--broker", u, "leader", NULL), 64);
     EXPECT_STATUS(lc_do(&res, "--broker", u, "run", "--lock-delay", "11m", "x", "--", "true", NULL), 64);
+    lb_end();
+}
+
+/* Whether process pid is gone (no such process, or a zombie: it runs no
+ * more). */
+static bool process_gone(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return true;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+/* kill -9 of lockctl run (issue 28): what the command started dies with
+ * it, before the broker gives the lock to the next holder (the guard
+ * holds the session until the command's group is gone). */
+LB_TEST(lockctl, a_killed_lockctl_stops_its_command_before_the_lock_moves, 60)
+{
+    lb_redis *r;
+    lb_broker *b;
+    start_pair(&r, &b);
+    const char *u = tcp_url(b);
+    const char *pidf = tmp_path("grandchild.pid");
+    char cmd[2 * PATH_MAX];
+
+    /* the shell starts a grandchild: PR_SET_PDEATHSIG alone misses it */
+    snprintf(cmd, sizeof(cmd), "sleep 30 & echo $! >%s.tmp; mv %s.tmp %s; wait", pidf, pidf, pidf);
+    lc_proc p = lc_start("--broker", u, "run", "guarded", "--", "sh", "-c", cmd, NULL);
+    cr_assert(wait_file(pidf, 5000), "the command never started");
+    pid_t grandchild = (pid_t)read_int_file(pidf);
+    cr_assert_gt(grandchild, 1);
+    cr_assert_not(process_gone(grandchild));
+
+    lb_client *c = lb_connect(b, LB_TCP);
+    json_t *id = lb_send_req(c, "{s:s, s:s, s:i, s:i}", "op", "acquire", "lock", "guarded", "wait_ms",
+                             10000, "ttl_ms", 10000);
+    lb_wait_waiters(c, "guarded", 1, 5000);
+    cr_assert_eq(kill(p.pid, SIGKILL), 0);
+    json_t *g = lb_wait_response(c, id, 8000);
+    /* granted: at this moment the old command's group must be gone */
+    bool gone = process_gone(grandchild);
+    cr_assert(lb_is_ok(g), "the next holder was not granted: %s", lb_dump(g));
+    cr_assert(gone, "the command's child %d still ran when the lock moved", (int)grandchild);
+    lc_wait(&p, 5000);
     lb_end();
 }
