@@ -26,6 +26,7 @@
 #define READ_BUF_SIZE 65536
 
 #define OUT_KEEP_CAP 4096 /* an emptied out buffer larger than this is freed */
+#define LOG_LABEL_MAX 128 /* bytes of a client label in the log */
 
 /* The requests' side (dispatch.c) and the lifecycle, registered at start. */
 static session_hooks_t H;
@@ -122,7 +123,11 @@ static void end_session(session_t *s, const char *why)
 	acquire_all_client_end(&s->lk);
 	while (s->lk.leases)
 		lease_release_now(s->lk.leases);
-	LOG(LOG_INFO, "msg=\"session closed\" session=%s why=\"%s\" leases_released=%zu", s->name, why, n);
+	char label[LOG_LABEL_MAX + 4];
+	/* how it ended: the client's side (eof, reset) or the broker's reason */
+	LOG(LOG_INFO, "msg=\"session closed\" session=%s client=\"%s\" ended=%s why=\"%s\" leases_released=%zu",
+	    s->name, s->lk.label ? log_masked(s->lk.label, s->lk.label_len, label, LOG_LABEL_MAX) : "",
+	    s->ended ? s->ended : "by_broker", why, n);
 }
 
 void session_close(session_t *s, const char *why)
@@ -195,6 +200,7 @@ static void on_keepalive(timer_ent_t *t)
 		due = s->last_rx + (uint64_t)s->keepalive_ms;
 	}
 	if (timers_now() >= due) {
+		s->ended = "keepalive";
 		session_end_with(s, "keepalive");
 		return;
 	}
@@ -529,6 +535,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 
 	timers_news_first(); /* what expired while the broker stalled, first */
 	if (nread == UV_EOF && s->state == SESSION_OPEN) {
+		s->ended = "eof";
 		uv_read_stop(stream);
 		s->reading = false;
 		s->eof = true;
@@ -538,6 +545,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 		return;
 	}
 	if (nread < 0) {
+		if (s->state == SESSION_OPEN)
+			s->ended = nread == UV_ECONNRESET ? "reset" : "read_error";
 		session_close(s, uv_strerror((int)nread));
 		return;
 	}

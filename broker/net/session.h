@@ -84,6 +84,9 @@ typedef struct session {
 	bool reading;
 	bool flushing; /* closing after its last writes (uv_shutdown) */
 	bool eof;      /* the client sent EOF: answer what was read, then close */
+	const char *ended; /* how the connection ended, for the log: "eof" (the
+	                      client closed it, or half-closed it), "reset",
+	                      "read_error"; NULL: the broker ended it (why) */
 
 	bool authed;
 	int auth_failures;

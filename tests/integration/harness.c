@@ -1167,6 +1167,27 @@ pid_t lb_broker_pid(const lb_broker *b) { return b->pid; }
 const char *lb_broker_unix_path(const lb_broker *b) { return b->unix_path; }
 const char *lb_broker_log(const lb_broker *b) { return b->log; }
 
+bool lb_broker_log_wait(const lb_broker *b, const char *needle, int timeout_ms)
+{
+    int64_t end = lb_now_ms() + timeout_ms;
+
+    for (;;) {
+        FILE *f = fopen(b->log, "r");
+        bool found = false;
+        if (f) {
+            char line[4096];
+            while (!found && fgets(line, sizeof(line), f))
+                found = strstr(line, needle) != NULL;
+            fclose(f);
+        }
+        if (found)
+            return true;
+        if (lb_now_ms() >= end)
+            return false;
+        lb_sleep_ms(20);
+    }
+}
+
 void lb_broker_print_log_tail(const lb_broker *b)
 {
     print_file_tail("lockbrokerd log", b->log, 6000);

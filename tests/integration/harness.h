@@ -178,6 +178,8 @@ int lb_broker_port(const lb_broker *b);
 pid_t lb_broker_pid(const lb_broker *b);
 const char *lb_broker_unix_path(const lb_broker *b);
 const char *lb_broker_log(const lb_broker *b);
+/* Whether the broker's log holds needle within timeout_ms. */
+bool lb_broker_log_wait(const lb_broker *b, const char *needle, int timeout_ms);
 /* Print the last bytes of the broker's log to stderr. */
 void lb_broker_print_log_tail(const lb_broker *b);
 

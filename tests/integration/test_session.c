@@ -6,6 +6,8 @@
 #include "tests/integration/harness.h"
 
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 LB_TEST(session, disconnect_releases_at_once, 60)
 {
@@ -137,5 +139,52 @@ LB_TEST(session, shutdown_event_and_release, 60)
     lb_expect_closed(a, 1000);
     /* the broker released the session's lease before exiting */
     lb_expect_ok(lb_try_acquire(c, "sd", 30000));
+    lb_end();
+}
+
+/* The broker's "session closed" line names the client (its hello label)
+ * and says how the connection ended: eof (the client closed it: exit,
+ * kill -9, close), reset (an RST), keepalive (silent too long). */
+LB_TEST(session, the_close_log_names_the_client_and_how_it_ended, 60)
+{
+    lb_redis *r = lb_redis_start(false);
+    lb_broker *b = lb_broker_start(r, NULL);
+    lb_client *e = lb_connect(b, LB_TCP), *x = lb_connect(b, LB_UNIX), *k = lb_connect(b, LB_TCP);
+
+    lb_expect_ok(lb_call(e, "{s:s, s:s}", "op", "hello", "client", "closer \"q\""));
+    lb_expect_ok(lb_call(x, "{s:s, s:s}", "op", "hello", "client", "resetter"));
+    lb_expect_ok(lb_call(k, "{s:s, s:s, s:i}", "op", "hello", "client", "sleeper", "keepalive_ms", 500));
+    lb_must_acquire(e, "log-eof", 30000);
+    lb_close(e);
+    cr_assert(lb_broker_log_wait(b, "client=\"closer ?q?\" ended=eof", 5000),
+              "no eof line naming the client (quotes masked) in %s", lb_broker_log(b));
+    cr_assert(lb_broker_log_wait(b, "leases_released=1", 5000));
+
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    lb_must_acquire(x, "log-reset", 30000);
+    /* unread data at close makes an RST over TCP; Unix sockets end with eof */
+    setsockopt(lb_client_fd(x), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    lb_close(x);
+    cr_assert(lb_broker_log_wait(b, "client=\"resetter\" ended=", 5000));
+
+    cr_assert(lb_broker_log_wait(b, "client=\"sleeper\" ended=keepalive why=\"keepalive\"", 5000),
+              "no keepalive line in %s", lb_broker_log(b));
+    lb_end();
+}
+
+/* An RST (SO_LINGER 0 with the broker's answer unread) is told apart from
+ * an orderly close. */
+LB_TEST(session, a_reset_connection_is_logged_as_reset, 60)
+{
+    lb_redis *r = lb_redis_start(false);
+    lb_broker *b = lb_broker_start(r, NULL);
+    lb_client *x = lb_connect(b, LB_TCP);
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+
+    lb_expect_ok(lb_call(x, "{s:s, s:s}", "op", "hello", "client", "resetter"));
+    setsockopt(lb_client_fd(x), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    lb_close(x);
+    cr_assert(lb_broker_log_wait(b, "client=\"resetter\" ended=reset", 5000),
+              "no reset line in %s", lb_broker_log(b));
     lb_end();
 }
