@@ -32,7 +32,7 @@ if [ -f clients/go/go.mod ]; then
 	# The module has no dependencies; its build cache stays in build/.
 	mkdir -p "$top/build/go-cache"
 	run go env GOCACHE="$top/build/go-cache" GOFLAGS=-mod=mod GOPROXY=off \
-		$wb sh -c 'cd clients/go && go test -count=1 ./...'
+		$wb sh -c 'cd clients/go && go vet ./... && go test -count=1 ./...'
 else
 	echo "== clients: go: not there yet"
 fi
