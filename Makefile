@@ -31,6 +31,8 @@ LIB_SRCS  := $(wildcard protocol/*.c) $(wildcard broker/*.c) $(wildcard broker/*
 LUA_PRELUDE := lua/lib/prelude.lua
 LUA_SRCS  := $(sort $(wildcard lua/*.lua))
 GEN_SRC   := build/gen/lua_scripts.c
+UI_FILES  := $(sort $(wildcard ui/*.html ui/*.css ui/*.js))
+UI_GEN    := build/gen/ui_assets.c
 LOCKCTL_SRCS := $(wildcard cmd/lockctl/*.c)
 UNIT_SRCS := $(wildcard tests/unit/*.c)
 INTEG_SRCS := $(wildcard tests/integration/*.c)
@@ -38,10 +40,10 @@ HA_SRCS    := $(wildcard tests/ha/*.c)
 CLUSTER_SRCS := $(wildcard tests/cluster/*.c)
 REDLOCK_SRCS := $(wildcard tests/redlock/*.c)
 
-REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.o
-SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o
+REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.o build/rel/gen/ui_assets.o
+SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o build/san/gen/ui_assets.o
 
-.PHONY: all deps run test test-clients unit integration ha cluster redlock clean install bench bench-ha bench-cluster bench-redlock bench-tools fuzz fuzz-protocol deps-check test-packaging
+.PHONY: all deps run test test-clients test-ui unit integration ha cluster redlock clean install bench bench-ha bench-cluster bench-redlock bench-tools fuzz fuzz-protocol deps-check test-packaging
 # lockctl, the command-line client, is built once its sources exist.
 LOCKCTL_BIN := $(if $(LOCKCTL_SRCS),build/lockctl)
 LOCKCTL_SAN := $(if $(LOCKCTL_SRCS),build/san/lockctl)
@@ -55,11 +57,22 @@ $(GEN_SRC): $(LUA_PRELUDE) $(LUA_SRCS) deploy/embed-lua.sh
 	@mkdir -p build/gen
 	sh deploy/embed-lua.sh $@ $(LUA_PRELUDE) $(LUA_SRCS)
 
+# ---- generated: the /ui page's files (ui/) embedded as C arrays ------------
+$(UI_GEN): $(UI_FILES) deploy/embed-ui.sh
+	@mkdir -p build/gen
+	sh deploy/embed-ui.sh $@ $(UI_FILES)
+
 # ---- objects ---------------------------------------------------------------
 build/rel/gen/lua_scripts.o: $(GEN_SRC)
 	@mkdir -p $(dir $@)
 	$(CC) $(REL_CFLAGS) -c $< -o $@
 build/san/gen/lua_scripts.o: $(GEN_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_CFLAGS) -c $< -o $@
+build/rel/gen/ui_assets.o: $(UI_GEN)
+	@mkdir -p $(dir $@)
+	$(CC) $(REL_CFLAGS) -c $< -o $@
+build/san/gen/ui_assets.o: $(UI_GEN)
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN_CFLAGS) -c $< -o $@
 build/rel/%.o: %.c | $(GEN_SRC)
@@ -151,10 +164,11 @@ test: deps deps-check
 	@CLIENTS=1 sh deploy/install-deps.sh
 	$(TEST_ENV) sh tests/clients/run-all.sh
 	@PACKAGING=1 sh deploy/install-deps.sh
+	@$(MAKE) --no-print-directory build/lockbrokerd $(LOCKCTL_BIN)
 	$(TEST_ENV) sh tests/packaging/run-all.sh
 
 # Packages as users install them (tests/packaging/run-all.sh).
-test-packaging: build/san/lockbrokerd
+test-packaging: build/san/lockbrokerd build/lockbrokerd $(LOCKCTL_BIN)
 	@CLIENTS=1 PACKAGING=1 sh deploy/install-deps.sh
 	$(TEST_ENV) sh tests/packaging/run-all.sh
 
@@ -168,6 +182,13 @@ cluster: build/san/lockbrokerd build/san/cluster_tests
 	$(TEST_ENV) build/san/cluster_tests --jobs 1
 redlock: build/san/lockbrokerd build/san/redlock_tests
 	$(TEST_ENV) build/san/redlock_tests --jobs 1
+# The /ui page in a real browser (tests/ui/README.md): Debian's chromium,
+# headless, driven by puppeteer-core from the npm registry (installed into
+# build/ui-node/), against a private redis-server and the sanitizer broker.
+test-ui: build/san/lockbrokerd
+	@UI=1 sh deploy/install-deps.sh
+	$(TEST_ENV) sh tests/ui/run.sh
+
 # Client libraries (issue 19; clients/*/README.md): each one's own tests
 # against a private redis-server and brokers (tests/clients/).
 test-clients: build/san/lockbrokerd
@@ -247,6 +268,17 @@ install: build/lockbrokerd $(LOCKCTL_BIN) install-lbclient
 	install -m 0644 deploy/lockbroker.sysusers $(DESTDIR)$(SYSUSERSDIR)/lockbroker.conf
 	test -e $(DESTDIR)$(SYSCONFDIR)/lockbroker/lockbroker.json || \
 	    install -m 0644 deploy/lockbroker.json $(DESTDIR)$(SYSCONFDIR)/lockbroker/lockbroker.json
+
+# The Debian package (deploy/deb/build.sh): build/deb/lockbroker_VERSION_ARCH.deb
+# from the release binaries, with dpkg's tools. test-deb builds one in a
+# temporary directory and checks it (tests/packaging/deb.sh; make test runs
+# it through tests/packaging/run-all.sh).
+.PHONY: deb test-deb
+deb: build/lockbrokerd $(LOCKCTL_BIN)
+	sh deploy/deb/build.sh build/deb
+test-deb: build/lockbrokerd $(LOCKCTL_BIN)
+	@PACKAGING=1 sh deploy/install-deps.sh
+	sh tests/packaging/deb.sh
 
 # Benchmarks (issue 6; tests/bench/README.md), never part of `make test`.
 # Knobs: BENCH_SECONDS (per scenario, default 5), BENCH_QUICK=1 (smoke run).

@@ -18,7 +18,7 @@ fi
 # PACKAGING=1 (make test, make test-packaging): what building and
 # installing the packages takes (tests/packaging/).
 if [ "${PACKAGING:-}" = 1 ]; then
-	PKGS="$PKGS binutils"
+	PKGS="$PKGS binutils dpkg-dev lintian systemd"
 fi
 
 missing=""
