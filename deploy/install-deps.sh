@@ -19,6 +19,11 @@ fi
 # installing the packages takes (tests/packaging/).
 if [ "${PACKAGING:-}" = 1 ]; then
 	PKGS="$PKGS binutils dpkg-dev lintian systemd"
+	# npm comes with some nodejs builds (NodeSource's); Debian's is a
+	# package of its own
+	if ! command -v npm >/dev/null 2>&1; then
+		PKGS="$PKGS npm"
+	fi
 fi
 
 missing=""

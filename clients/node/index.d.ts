@@ -11,7 +11,7 @@ export interface ClientOptions {
   auth?: string;
   /** A file holding the secret (one trailing \n or \r\n dropped); read at each connect. */
   authFile?: string;
-  /** Label shown by inspect (hello's `client`). */
+  /** Label shown by inspect (hello's `client`); default PROGRAM[PID]@HOST lockbroker-node/VERSION. */
   clientName?: string;
   /**
    * Liveness checking is on by default: while leases are held, the client pings and drops a broker
@@ -20,7 +20,10 @@ export interface ClientOptions {
    * 0 turns liveness checking off.
    */
   keepaliveMs?: number;
-  /** How long a request waits for a connection, all attempts included (default 10000). */
+  /**
+   * How long a request waits for a connection, all attempts included (default 10000). Before the
+   * first session, a connect the system refuses (nothing listens, no such socket) rejects at once.
+   */
   connectTimeoutMs?: number;
   /** First delay between connection attempts (default 50). */
   backoffMinMs?: number;
@@ -55,7 +58,23 @@ export interface AcquireOptions {
 
 export type LeaseState = 'held' | 'released' | 'lost';
 
+/** What toJSON() and util.inspect() show of a lease: the token cut to 8 characters. */
+export interface LeaseJSON {
+  token: string;
+  lock: string;
+  mode: 'exclusive' | 'shared' | 'permit';
+  fence: number;
+  ttlMs: number;
+  count: number;
+  owner: string;
+  detached: boolean;
+  state: LeaseState;
+  lostReason: string | null;
+}
+
 export declare class Lease extends EventEmitter {
+  /** Made by the client from an acquire's answer, never directly. */
+  private constructor();
   readonly token: string;
   readonly lock: string;
   readonly mode: 'exclusive' | 'shared' | 'permit';
@@ -78,6 +97,7 @@ export declare class Lease extends EventEmitter {
   extend(ttlMs: number): Promise<number>;
   /** A new value in the same term; resolves with the fence. */
   proclaim(value: string): Promise<number>;
+  toJSON(): LeaseJSON;
   on(event: 'lost', listener: (err: LeaseLostError) => void): this;
   once(event: 'lost', listener: (err: LeaseLostError) => void): this;
 }
@@ -98,6 +118,8 @@ export interface ServerInfo {
     keepaliveMsMax: number;
     [key: string]: number;
   };
+  /** The additions of "Coordination beyond the mutex" the broker serves (value, proclaim, watch, ...). */
+  features?: string[];
   [key: string]: unknown;
 }
 
@@ -155,7 +177,8 @@ export declare class Client extends EventEmitter {
     locks: Array<string | { lock: string; mode?: 'exclusive' | 'shared'; limit?: number }>,
     opts?: Omit<AcquireOptions, 'mode' | 'limit' | 'value' | 'reentrant' | 'signal'>,
   ): Promise<Lease[]>;
-  watch(name: string, opts?: { signal?: AbortSignal }): AsyncIterable<LockInfo>;
+  /** The lock's state, then its state after each change; ends when opts.signal aborts or on return(). */
+  watch(name: string, opts?: { signal?: AbortSignal }): AsyncGenerator<LockInfo, void, undefined>;
   election(name: string): Election;
 
   on(event: 'lost', listener: (lease: Lease, err: LeaseLostError) => void): this;
@@ -215,11 +238,15 @@ export interface Leader {
   client: string;
 }
 
-export class Election {
+export declare class Election {
+  /** client.election(name) makes one. */
+  constructor(client: Client, name: string);
+  readonly client: Client;
   readonly name: string;
-  campaign(value: string, opts?: AcquireOptions): Promise<Lease>;
+  /** Resolves when this caller leads, publishing `value`: the leadership's lease (its fence is the term). */
+  campaign(value: string, opts?: Omit<AcquireOptions, 'value'>): Promise<Lease>;
   /** Each term this caller is elected in; campaigns again when one ends. */
-  campaigns(value: string, opts?: AcquireOptions): AsyncIterable<Lease>;
+  campaigns(value: string, opts?: Omit<AcquireOptions, 'value'>): AsyncGenerator<Lease, void, undefined>;
   leader(): Promise<Leader | null>;
-  observe(opts?: { signal?: AbortSignal }): AsyncIterable<Leader>;
+  observe(opts?: { signal?: AbortSignal }): AsyncGenerator<Leader, void, undefined>;
 }

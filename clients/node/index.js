@@ -10,7 +10,6 @@
 const { Client, Election } = require('./lib/client');
 const { Lease } = require('./lib/lease');
 const { parseUrl, defaultUrl } = require('./lib/url');
-const errors = require('./lib/errors');
 
 /**
  * Makes a Client and connects it. Resolves with the connected client.
@@ -27,5 +26,8 @@ module.exports = {
   connect,
   parseUrl,
   defaultUrl,
-  ...errors,
+  // Spread from require() itself, not from a variable: Node's import of
+  // this CommonJS module (cjs-module-lexer) then finds every error class as
+  // a named export.
+  ...require('./lib/errors'),
 };

@@ -9,10 +9,16 @@
  *    _ready() for it. Only one connect loop runs at a time (`_connecting`),
  *    shared by every waiting request; it tries again with exponential
  *    backoff (with jitter) until connectTimeoutMs, then rejects with the
- *    last ConnectionError. A broker that refuses hello (unauthorized, bad
- *    field) is not retried: that answer rejects at once; but a hello
- *    without a secret that is answered unauthorized opens the session
- *    (Session.open), where ping works and the rest answers unauthorized.
+ *    last ConnectionError. Before the client's first session, a connect
+ *    the system refuses (ECONNREFUSED, ENOENT, ...) rejects at once, while
+ *    one that hangs, or is accepted and dropped, is waited for as above;
+ *    after a session, a refused connect is a broker restarting and is
+ *    tried again like the rest. The backoff still spaces the next attempt
+ *    (Session.refused() tells the refused connect). A broker that
+ *    refuses hello (unauthorized, bad field) is not retried: that answer
+ *    rejects at once; but a hello without a secret that is answered
+ *    unauthorized opens the session (Session.open), where ping works and
+ *    the rest answers unauthorized.
  *  - Every lease the client tracks is in `_tracked` (token -> Lease); one not
  *    detached is also in its session's `leases`. When a session ends, each
  *    of its leases is reported lost ('disconnected', or 'closed' after
@@ -316,7 +322,10 @@ class Client extends EventEmitter {
         if (!(err instanceof ConnectionError)) throw err; // hello refused: trying again cannot help
         lastError = err;
         this._delayNextAttempt();
-        if (Date.now() >= deadline) throw err;
+        // Refused before any session (a wrong address, no broker): the
+        // system's answer, reported now as the Go and C clients do. Once
+        // a session has been, refused is a broker restarting: tried again.
+        if (Date.now() >= deadline || (!this._everConnected && session.refused())) throw err;
         continue;
       } finally {
         this._attempt = null;

@@ -49,7 +49,14 @@ const net = require('node:net');
 const { performance } = require('node:perf_hooks');
 const { LineReader, encodeLine } = require('./framing');
 const { connectArgs } = require('./url');
-const { ConnectionError, LineTooLongError, ProtocolError, UnauthorizedError, errorFromWire } = require('./errors');
+const {
+  ConnectionError,
+  LineTooLongError,
+  LockbrokerError,
+  ProtocolError,
+  UnauthorizedError,
+  errorFromWire,
+} = require('./errors');
 
 /** The broker's default max_line, used until hello tells the real one. */
 const DEFAULT_BROKER_MAX_LINE = 65536;
@@ -371,6 +378,23 @@ class Session {
     if (this.state === 'closed') return;
     if (err && this.closeCause === null) this.closeCause = err;
     this.socket.destroy();
+  }
+
+  /**
+   * True when the connect itself failed with the system's answer: refused,
+   * no such socket, no route, unknown host; nothing was ever connected.
+   * False for a connect that timed out (ours is a ConnectionError), was
+   * ended by the client, or was made and then dropped.
+   */
+  refused() {
+    const cause = this.closeCause;
+    return (
+      this.state === 'closed' &&
+      !this.connected &&
+      cause instanceof Error &&
+      typeof cause.code === 'string' &&
+      !(cause instanceof LockbrokerError)
+    );
   }
 
   /** The error of every request cut off by the session's end. */

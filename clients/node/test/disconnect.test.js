@@ -70,7 +70,7 @@ describe('disconnect', () => {
       await assert.rejects(lease.release(), (e) => e === err);
       await assert.rejects(lease.extend(5000), (e) => e === err);
 
-      // Nothing listens: a request rejects with ConnectionError after connectTimeoutMs.
+      // Nothing listens: a new client's request rejects with ConnectionError (at once: refused).
       const impatient = new lb.Client({ url: broker.url, connectTimeoutMs: 200, backoffMinMs: 20 });
       await assert.rejects(impatient.ping(), lb.ConnectionError);
       await impatient.close();
