@@ -18,7 +18,8 @@ fi
 # PACKAGING=1 (make test, make test-packaging): what building and
 # installing the packages takes (tests/packaging/).
 if [ "${PACKAGING:-}" = 1 ]; then
-	PKGS="$PKGS binutils dpkg-dev lintian systemd"
+	PKGS="$PKGS binutils dpkg-dev lintian systemd python3-venv python3-pip python3-pip-whl \
+python3-setuptools python3-setuptools-whl python3-wheel python3-wheel-whl mypy"
 	# npm comes with some nodejs builds (NodeSource's); Debian's is a
 	# package of its own
 	if ! command -v npm >/dev/null 2>&1; then

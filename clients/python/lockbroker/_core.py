@@ -57,6 +57,8 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
+from typing import Self
 
 from . import _wire
 from .errors import Disconnected, InvalidArgument, LeaseLost, NotHeld, Unauthorized, error_for
@@ -261,10 +263,12 @@ class LeaseBase:
 
     @property
     def detached(self) -> bool:
+        """True for a detached lease (it outlives its session)."""
         return self._state.detached
 
     @property
     def owner(self) -> str:
+        """The reentrancy owner it was acquired for."""
         return self._state.owner
 
     @property
@@ -302,7 +306,7 @@ class LeaseBase:
         this handle was released; returns None while it is held."""
         self._usable()
 
-    def on_lost(self, fn) -> None:
+    def on_lost(self, fn: Callable[[Self], object]) -> None:
         """Calls ``fn(lease)`` once when the lease is lost (at once, outside
         the caller, if it already is). Runs on the client's callback thread
         (threaded client) or the event loop (asyncio client)."""
@@ -313,7 +317,7 @@ class LeaseBase:
         if st.lost_reason is not None:
             raise LeaseLost(self, st.lost_reason)
 
-    def _leaving(self, exc) -> bool:
+    def _leaving(self, exc: BaseException | None) -> bool:
         """On leaving the lease's scope with ``exc`` (or None): True when the
         level is to be released; False when there is nothing to do (released
         already, or ``exc`` is this lease's own loss, which then propagates);
@@ -398,6 +402,7 @@ class ClientCore:
         self._closed = False
         self._backoff = Backoff()
         self._next_attempt = 0.0
+        self._ever_connected = False  # a session was opened once (_attempt_failed)
         self._liveness_at = _NEVER  # when the transport runs the check next
 
     # -- what hello sends, what it answers
@@ -602,7 +607,8 @@ class ClientCore:
             else:
                 err = msg.get("error") or {}
                 pending.error = error_for(str(err.get("code", "internal")),
-                                          str(err.get("message", "")), pending.op)
+                                          str(err.get("message", "")), pending.op,
+                                          self._lock_of(pending.fields))
                 if pending.error.code not in ("cancelled", "timeout") and pending.waiter is None:
                     log.debug("lockbroker: %s answered %s", pending.op, pending.error)
             if pending.waiter is not None:
@@ -612,6 +618,16 @@ class ClientCore:
                     woken.append(pending.waiter)
         for fn, args in posts:
             self._post(fn, *args)
+
+    def _lock_of(self, fields: dict) -> str | None:
+        """(Under ``_mu``.) The lock a request is about, for its error's
+        ``lock``: its ``lock`` field, else its lease's name, if known."""
+        lock = fields.get("lock")
+        if isinstance(lock, str):
+            return lock
+        token = fields.get("lease")
+        state = self._leases.get(token) if isinstance(token, str) else None
+        return state.name if state is not None else None
 
     def _on_success(self, session, pending, msg, posts):
         op = pending.op
@@ -772,15 +788,34 @@ class ClientCore:
         # (an attempt slower than the backoff leaves no wait, but the deadline
         # may have passed during it).
         if (wait > 0 or last is not None) and now + wait >= deadline:
-            why = f": {last}" if last is not None else " (backing off after failed attempts)"
+            if last is None:
+                why = " (backing off after failed attempts)"
+            else:  # (asyncio's TimeoutError has no text)
+                why = f": {str(last) or 'timed out'}"
             raise Disconnected(f"cannot connect to {self.url}{why}") from last
         return wait
 
-    def _attempt_failed(self) -> None:
+    def _attempt_failed(self, connect_error: OSError | None = None) -> None:
+        """A connection attempt failed: the next one waits for the backoff.
+
+        ``connect_error`` is the error of the connect itself (nothing was
+        connected), None when the attempt failed later (hello). Before the
+        client's first session, a connect the system refuses (refused, no
+        such socket, no route, unknown host: any error but a timeout) raises
+        :class:`Disconnected` at once, as the other clients do: it is a
+        wrong address or no broker, and trying again until
+        ``connect_timeout`` would only make the caller wait. Only a connect
+        that hangs waits for ``connect_timeout``. Once a session has been,
+        a refused connect is a broker restarting, and is tried again (with
+        backoff, within ``connect_timeout``) like any failed attempt."""
         self._next_attempt = time.monotonic() + self._backoff.failed()
+        if (connect_error is not None and not self._ever_connected
+                and not isinstance(connect_error, TimeoutError)):
+            raise Disconnected(f"cannot connect to {self.url}: {connect_error}") from connect_error
 
     def _attempt_succeeded(self, session: Session) -> None:
         """(Under ``_mu``.) ``session`` is open: it becomes the current one."""
+        self._ever_connected = True
         self._backoff.reset()
         self._next_attempt = 0.0
         self._current = session

@@ -31,12 +31,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from ._core import (_NEVER, AcquireMeta, ClientCore, LeaseBase, Session, acquire_fields, log,
                     refuse_id)
 from ._wire import LineBuffer
 from .errors import Cancelled, Disconnected, LeaseLost, LockbrokerError, NotHeld
 from .info import LeaseInfo, LockInfo, strip
+
+if TYPE_CHECKING:
+    from .client import CancelToken, Leader
 
 __all__ = ["AsyncClient", "AsyncLease", "AsyncElection"]
 
@@ -91,7 +97,8 @@ class AsyncLease(LeaseBase):
     async def __aenter__(self) -> "AsyncLease":
         return self
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool:
         if self._leaving(exc):
             await self.release()
         return False
@@ -112,7 +119,8 @@ class _AsyncLockScope:
         self._lease = await self._client.acquire(self._name, **self._kwargs)
         return self._lease
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool:
         return await self._lease.__aexit__(exc_type, exc, tb)
 
 
@@ -128,11 +136,11 @@ class AsyncElection:
         self._client = client
         self.name = name
 
-    def campaign(self, value: str, **kwargs) -> "_AsyncLockScope":
+    def campaign(self, value: str, **kwargs: Any) -> "_AsyncLockScope":
         kwargs["value"] = value
         return _AsyncLockScope(self._client, self.name, kwargs)
 
-    async def campaigns(self, value: str, **kwargs):
+    async def campaigns(self, value: str, **kwargs: Any) -> AsyncIterator[AsyncLease]:
         """As :meth:`Election.campaigns`: ``async for term in ...``, each term
         this caller is elected in; campaigns again (reconnecting with backoff)
         when one ends."""
@@ -153,11 +161,11 @@ class AsyncElection:
                 except (LeaseLost, Disconnected):
                     pass
 
-    async def leader(self):
+    async def leader(self) -> "Leader | None":
         from .client import Leader
         return Leader.of(await self._client.inspect(self.name))
 
-    async def observe(self):
+    async def observe(self) -> AsyncIterator["Leader | None"]:
         """The leader (or None) now, then each change (new term or value)."""
         from .client import Leader
         last = object()
@@ -256,7 +264,7 @@ class AsyncClient(ClientCore):
         return self
 
     @property
-    def server(self) -> dict | None:
+    def server(self) -> dict[str, Any] | None:
         """hello's answer on the current session, None while there is none."""
         s = self._current
         return s.info if s is not None and not s.closed else None
@@ -265,8 +273,9 @@ class AsyncClient(ClientCore):
                       ttl_ms: int | None = None, wait_ms: int | None = None,
                       watchdog: bool | None = None, owner: str | None = None,
                       fair: bool | None = None, detach: bool = False,
-                      max_hold_ms: int | None = None, on_lost=None,
-                      cancel=None, value: str | None = None,
+                      max_hold_ms: int | None = None,
+                      on_lost: Callable[[AsyncLease], object] | None = None,
+                      cancel: "CancelToken | None" = None, value: str | None = None,
                       lock_delay_ms: int | None = None) -> AsyncLease:
         """As :meth:`Client.acquire`. Cancelling the awaiting task while the
         acquire waits sends ``cancel`` to the broker (and releases the lease
@@ -278,11 +287,13 @@ class AsyncClient(ClientCore):
         meta = AcquireMeta(name, bool(detach), owner, on_lost)
         return await self._call("acquire", fields, meta=meta, cancel=cancel)
 
-    async def lock_all(self, locks, *, ttl_ms: int | None = None, wait_ms: int | None = None,
+    async def lock_all(self, locks: Iterable[str | Mapping[str, Any]], *,
+                       ttl_ms: int | None = None, wait_ms: int | None = None,
                        watchdog: bool | None = None, owner: str | None = None,
                        fair: bool | None = None, detach: bool = False,
                        max_hold_ms: int | None = None, lock_delay_ms: int | None = None,
-                       on_lost=None) -> list[AsyncLease]:
+                       on_lost: Callable[[AsyncLease], object] | None = None,
+                       ) -> list[AsyncLease]:
         """As :meth:`Client.lock_all`."""
         owner = self._owner_for(owner)
         fields = acquire_fields(None, None, None, ttl_ms, wait_ms, watchdog, owner, fair,
@@ -292,7 +303,7 @@ class AsyncClient(ClientCore):
         meta = AcquireMeta(None, bool(detach), owner, on_lost)
         return await self._call("acquire_all", fields, meta=meta)
 
-    async def watch(self, name: str):
+    async def watch(self, name: str) -> AsyncIterator[LockInfo]:
         """``async for info in client.watch(name):`` the lock's state, then
         one :class:`LockInfo` per change; it watches again (with backoff)
         after a dropped connection or a broker restart. Leaving the loop
@@ -323,7 +334,7 @@ class AsyncClient(ClientCore):
         """As :meth:`Client.election`, for asyncio."""
         return AsyncElection(self, name)
 
-    def lock(self, name: str, **kwargs) -> _AsyncLockScope:
+    def lock(self, name: str, **kwargs: Any) -> _AsyncLockScope:
         """``async with client.lock(name, ...) as lease:`` (arguments as
         :meth:`acquire`); leaving after a loss raises :class:`LeaseLost`."""
         return _AsyncLockScope(self, name, kwargs)
@@ -343,13 +354,13 @@ class AsyncClient(ClientCore):
         reply = await self._call("leases", {})
         return [LeaseInfo.from_wire(r) for r in reply.get("leases") or ()]
 
-    async def stats(self) -> dict:
+    async def stats(self) -> dict[str, Any]:
         return strip(await self._call("stats", {}))
 
-    async def ping(self) -> dict:
+    async def ping(self) -> dict[str, Any]:
         return strip(await self._call("ping", {}))
 
-    async def request(self, op: str, **fields) -> dict:
+    async def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Any op with any fields; the answer without its envelope."""
         refuse_id(fields)
         return strip(await self._call(op, fields))
@@ -370,7 +381,8 @@ class AsyncClient(ClientCore):
     async def __aenter__(self) -> "AsyncClient":
         return self
 
-    async def __aexit__(self, exc_type, exc, tb) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         await self.close()
 
     def __repr__(self) -> str:
@@ -458,7 +470,13 @@ class AsyncClient(ClientCore):
                 if wait > 0:
                     await asyncio.sleep(wait)
                 try:
-                    s = await self._open(deadline, hello)
+                    s = await self._connect_session(deadline)
+                except OSError as e:  # TimeoutError included: a connect that hung
+                    last = e
+                    self._attempt_failed(e)  # raises now if refused before any session
+                    continue
+                try:
+                    await self._hello(s, deadline, hello)
                 except (OSError, asyncio.TimeoutError, Disconnected) as e:
                     last = e
                     self._attempt_failed()
@@ -473,7 +491,9 @@ class AsyncClient(ClientCore):
                     self._attempt_succeeded(s)  # arms the liveness timer
                 return s
 
-    async def _open(self, deadline: float, hello: dict) -> _AsyncSession:
+    async def _connect_session(self, deadline: float) -> _AsyncSession:
+        """Connects to the broker by ``deadline``: the new session, or the
+        connect's OSError (TimeoutError when it hung until then)."""
         addr = self._address
         loop = self._loop
         remaining = max(0.001, deadline - time.monotonic())
@@ -482,6 +502,12 @@ class AsyncClient(ClientCore):
         else:
             connecting = loop.create_unix_connection(lambda: _AsyncSession(self), addr.path)
         _, session = await asyncio.wait_for(connecting, remaining)
+        return session
+
+    async def _hello(self, session: _AsyncSession, deadline: float, hello: dict) -> None:
+        """Says hello on the connected ``session``; on any error (OSError,
+        Disconnected, the hello's error) kills it and raises."""
+        loop = self._loop
         fut = loop.create_future()
         try:
             pending, line = self._register(session, "hello", hello, None, fut)
@@ -496,7 +522,6 @@ class AsyncClient(ClientCore):
             session.kill()
             self._session_ended(session)
             raise
-        return session
 
     def _liveness_rearm(self) -> None:
         """(Under ``_mu``, on the loop.) Arms the timer for ``_liveness_at``."""

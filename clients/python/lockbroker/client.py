@@ -45,6 +45,9 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Any
 
 from ._core import (_NEVER, AcquireMeta, ClientCore, LeaseBase, Session, acquire_fields, log,
                     refuse_id)
@@ -149,7 +152,8 @@ class Lease(LeaseBase):
     def __enter__(self) -> "Lease":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
         if self._leaving(exc):
             self.release()
         return False
@@ -170,7 +174,8 @@ class _LockScope:
         self._lease = self._client.acquire(self._name, **self._kwargs)
         return self._lease
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
         return self._lease.__exit__(exc_type, exc, tb)
 
 
@@ -222,7 +227,7 @@ class Watch:
                     delay = min(delay * 2, self._RETRY_CAP)
         return None
 
-    def __iter__(self):
+    def __iter__(self) -> "Watch":
         return self
 
     def __next__(self) -> "LockInfo":
@@ -244,7 +249,8 @@ class Watch:
     def __enter__(self) -> "Watch":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
         self.close()
         return False
 
@@ -255,10 +261,10 @@ class Leader:
 
     __slots__ = ("value", "term", "client")
 
-    def __init__(self, value, term, client):
+    def __init__(self, value: str | None, term: int | None, client: str | None) -> None:
         self.value, self.term, self.client = value, term, client
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Leader) and (self.value, self.term) == (other.value, other.term)
 
     def __repr__(self) -> str:
@@ -283,7 +289,7 @@ class Election:
         self._client = client
         self.name = name
 
-    def campaign(self, value: str, **kwargs) -> "_LockScope":
+    def campaign(self, value: str, **kwargs: Any) -> "_LockScope":
         """A context manager that waits until this caller leads (``wait_ms``
         may bound it), publishing ``value``; leaving it resigns, and raises
         :class:`LeaseLost` if leadership was lost meanwhile. Inside,
@@ -291,7 +297,7 @@ class Election:
         kwargs["value"] = value
         return _LockScope(self._client, self.name, kwargs)
 
-    def campaigns(self, value: str, **kwargs):
+    def campaigns(self, value: str, **kwargs: Any) -> Iterator[Lease]:
         """Campaigns for as long as the caller iterates: yields the
         leadership's :class:`Lease` each time this caller is elected (its
         ``fence`` is the term); when the body is done with it (or it is
@@ -325,7 +331,7 @@ class Election:
         """Who leads now (from ``inspect``), or None."""
         return Leader.of(self._client.inspect(self.name))
 
-    def observe(self):
+    def observe(self) -> Iterator["Leader | None"]:
         """Yields the leader (or None) now, then each time it changes: a new
         term or a new value. Survives reconnects (see :class:`Watch`);
         close the generator to stop."""
@@ -402,7 +408,8 @@ class Client(ClientCore):
     client pings in time); ``keepalive_ms=0`` turns the check off. ``owner``
     fixes the reentrancy owner of every acquire (default: one per thread and
     per asyncio task). ``connect_timeout`` bounds, in seconds, how long a
-    request waits for a session to be opened.
+    request waits for a session to be opened; before the first session, a
+    connect the system refuses fails at once (a wrong address, no broker).
 
     The connection is opened by the first request (or :meth:`connect`) and
     opened again, with backoff after failures, by the first request after it
@@ -431,7 +438,7 @@ class Client(ClientCore):
         return self
 
     @property
-    def server(self) -> dict | None:
+    def server(self) -> dict[str, Any] | None:
         """hello's answer on the current session (server, proto, session,
         broker, limits), None while there is none."""
         s = self._current
@@ -441,7 +448,8 @@ class Client(ClientCore):
                 ttl_ms: int | None = None, wait_ms: int | None = None,
                 watchdog: bool | None = None, owner: str | None = None,
                 fair: bool | None = None, detach: bool = False,
-                max_hold_ms: int | None = None, on_lost=None,
+                max_hold_ms: int | None = None,
+                on_lost: Callable[[Lease], object] | None = None,
                 cancel: CancelToken | None = None, value: str | None = None,
                 lock_delay_ms: int | None = None) -> Lease:
         """Acquires lock ``name``; returns its :class:`Lease`.
@@ -466,11 +474,11 @@ class Client(ClientCore):
         meta = AcquireMeta(name, bool(detach), owner, on_lost)
         return self._call("acquire", fields, meta=meta, cancel=cancel)
 
-    def lock_all(self, locks, *, ttl_ms: int | None = None, wait_ms: int | None = None,
-                 watchdog: bool | None = None, owner: str | None = None,
-                 fair: bool | None = None, detach: bool = False,
+    def lock_all(self, locks: Iterable[str | Mapping[str, Any]], *, ttl_ms: int | None = None,
+                 wait_ms: int | None = None, watchdog: bool | None = None,
+                 owner: str | None = None, fair: bool | None = None, detach: bool = False,
                  max_hold_ms: int | None = None, lock_delay_ms: int | None = None,
-                 on_lost=None) -> list[Lease]:
+                 on_lost: Callable[[Lease], object] | None = None) -> list[Lease]:
         """Acquires every lock of ``locks`` or none (``acquire_all``): names,
         or dicts ``{"lock": name, "mode": ..., "limit": ...}``. Returns the
         leases in that order. The broker takes them in one total order, so
@@ -497,7 +505,7 @@ class Client(ClientCore):
         :meth:`Election.observe`."""
         return Election(self, name)
 
-    def lock(self, name: str, **kwargs) -> _LockScope:
+    def lock(self, name: str, **kwargs: Any) -> _LockScope:
         """``with client.lock(name, ...) as lease:`` acquires (same arguments
         as :meth:`acquire`) and releases on leaving; leaving after the lease
         was lost raises :class:`LeaseLost` instead."""
@@ -520,15 +528,15 @@ class Client(ClientCore):
         """The leases this client's current session holds."""
         return [LeaseInfo.from_wire(r) for r in self._call("leases", {}).get("leases") or ()]
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """The broker's counters (uptime_s, sessions, leases, redis, ...)."""
         return strip(self._call("stats", {}))
 
-    def ping(self) -> dict:
+    def ping(self) -> dict[str, Any]:
         """``{"redis": "up"|"down"}`` (and whatever the broker adds)."""
         return strip(self._call("ping", {}))
 
-    def request(self, op: str, **fields) -> dict:
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Sends any op with any fields and returns the answer without its
         envelope; the escape hatch for ops this library does not wrap."""
         refuse_id(fields)
@@ -558,7 +566,8 @@ class Client(ClientCore):
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -746,7 +755,13 @@ class Client(ClientCore):
                 if wait > 0:
                     time.sleep(wait)
                 try:
-                    s = self._open(deadline, hello)
+                    sock = self._connect_socket(deadline)
+                except OSError as e:
+                    last = e
+                    self._attempt_failed(e)  # raises now if refused before any session
+                    continue
+                try:
+                    s = self._open(sock, deadline, hello)
                 except (OSError, Disconnected) as e:
                     last = e
                     self._attempt_failed()
@@ -762,9 +777,9 @@ class Client(ClientCore):
                 self._start_threads()
                 return s
 
-    def _open(self, deadline: float, hello: dict) -> _SyncSession:
-        """Connects, starts the reader, says hello; the new session or an
-        error (OSError, Disconnected, the hello's error)."""
+    def _connect_socket(self, deadline: float) -> socket.socket:
+        """Connects to the broker by ``deadline``: the connected socket, or
+        the connect's OSError (TimeoutError when it hung until then)."""
         addr = self._address
         remaining = max(0.001, deadline - time.monotonic())
         if addr.kind == "tcp":
@@ -779,6 +794,12 @@ class Client(ClientCore):
                 sock.close()
                 raise
         sock.settimeout(None)
+        return sock
+
+    def _open(self, sock: socket.socket, deadline: float, hello: dict) -> _SyncSession:
+        """Starts the reader on the connected ``sock`` (taking ownership of
+        it) and says hello; the new session or an error (OSError,
+        Disconnected, the hello's error)."""
         session = _SyncSession(sock)
         session.reader = threading.Thread(target=self._read_loop, args=(session,),
                                           name="lockbroker-reader", daemon=True)

@@ -19,6 +19,8 @@ Invariants:
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "LockbrokerError",
     "BadJson",
@@ -47,20 +49,28 @@ class LockbrokerError(Exception):
 
     ``code`` is the protocol's error code, ``message`` the broker's own text
     (or the client's, for errors found before anything was sent), ``op`` the
-    request's op when the error answers a request.
+    request's op when the error answers a request, ``lock`` the name of the
+    lock it is about when there is one (``acquire``, ``inspect``, ``watch``;
+    ``release`` and ``extend`` of a lease this client holds), else None.
+    ``str()`` shows them all: ``timeout (acquire 'invoice:42'): ...``.
     """
 
     code = "error"
 
-    def __init__(self, message: str = "", *, code: str | None = None, op: str | None = None):
+    def __init__(self, message: str = "", *, code: str | None = None, op: str | None = None,
+                 lock: str | None = None) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code
         self.message = message
         self.op = op
+        self.lock = lock
 
     def __str__(self) -> str:
-        where = f" ({self.op})" if self.op else ""
+        what = self.op or ""
+        if self.lock is not None:
+            what = f"{what} {self.lock!r}".lstrip()
+        where = f" ({what})" if what else ""
         return f"{self.code}{where}: {self.message}"
 
 
@@ -178,11 +188,13 @@ class LeaseLost(NotHeld):
 
     code = "lost"
 
-    def __init__(self, lease, reason: str):
+    def __init__(self, lease: Any, reason: str) -> None:
         self.lease = lease
         self.reason = reason
-        self.lock = lease.name
-        super().__init__(f"the lease on {self.lock!r} was lost ({reason})")
+        super().__init__(f"the lease on {lease.name!r} was lost ({reason})", lock=lease.name)
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"  # the message names the lock already
 
 
 _BY_CODE: dict[str, type[LockbrokerError]] = {
@@ -207,9 +219,10 @@ _BY_CODE: dict[str, type[LockbrokerError]] = {
 }
 
 
-def error_for(code: str, message: str, op: str | None = None) -> LockbrokerError:
+def error_for(code: str, message: str, op: str | None = None,
+              lock: str | None = None) -> LockbrokerError:
     """Returns the exception for a protocol error code (not raised)."""
     cls = _BY_CODE.get(code)
     if cls is None:
-        return LockbrokerError(message, code=str(code), op=op)
-    return cls(message, op=op)
+        return LockbrokerError(message, code=str(code), op=op, lock=lock)
+    return cls(message, op=op, lock=lock)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def _extra(reply: dict, known: tuple) -> dict:
+def _extra(reply: dict[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
     return {k: v for k, v in reply.items() if k not in known}
 
 
@@ -26,13 +26,13 @@ class Holder:
     count: int
     owner: str
     client: str
-    extra: dict = field(default_factory=dict, repr=False)
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
     value: str | None = None  # an exclusive holder's value (an election's leader's)
 
     _KNOWN = ("mode", "ttl_ms", "count", "owner", "client", "value")
 
     @classmethod
-    def from_wire(cls, h: dict) -> "Holder":
+    def from_wire(cls, h: dict[str, Any]) -> "Holder":
         return cls(h.get("mode"), h.get("ttl_ms"), h.get("count"), h.get("owner", ""),
                    h.get("client", ""), _extra(h, cls._KNOWN), h.get("value"))
 
@@ -50,17 +50,17 @@ class LockInfo:
     lock: str
     state: str
     limit: int | None
-    holders: list
+    holders: list[Holder]
     waiters: int
     fence: int | None
-    extra: dict = field(default_factory=dict, repr=False)
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
     delay_ms: int = 0  # "delayed": how long a lock delay still holds it back
 
     _KNOWN = ("id", "ok", "lock", "state", "limit", "holders", "waiters", "fence", "event",
               "watch", "delay_ms")
 
     @classmethod
-    def from_wire(cls, r: dict) -> "LockInfo":
+    def from_wire(cls, r: dict[str, Any]) -> "LockInfo":
         return cls(r.get("lock"), r.get("state"), r.get("limit"),
                    [Holder.from_wire(h) for h in r.get("holders") or ()],
                    r.get("waiters", 0), r.get("fence"), _extra(r, cls._KNOWN),
@@ -88,16 +88,16 @@ class LeaseInfo:
     ttl_ms: int
     count: int
     fence: int
-    extra: dict = field(default_factory=dict, repr=False)
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     _KNOWN = ("lease", "lock", "mode", "ttl_ms", "count", "fence")
 
     @classmethod
-    def from_wire(cls, r: dict) -> "LeaseInfo":
+    def from_wire(cls, r: dict[str, Any]) -> "LeaseInfo":
         return cls(r.get("lease"), r.get("lock"), r.get("mode"), r.get("ttl_ms"),
                    r.get("count"), r.get("fence"), _extra(r, cls._KNOWN))
 
 
-def strip(reply: dict) -> dict[str, Any]:
+def strip(reply: dict[str, Any]) -> dict[str, Any]:
     """A success answer without its envelope (``id``, ``ok``)."""
     return {k: v for k, v in reply.items() if k not in ("id", "ok")}

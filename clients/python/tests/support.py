@@ -165,16 +165,20 @@ class _Server:
     conn)`` handles accepted connection number n (1, 2, ...) on a thread of
     its own. ``accepts`` holds each accept's time.monotonic(), taken before
     the connection is handed on (so before it can be closed). ``close()``
-    stops everything and closes every socket it made."""
+    stops everything and closes every socket it made. ``port`` (default: a
+    free one) lets a test bring a server back on the port of one it closed."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.accepts: list[float] = []
         self._mu = threading.Lock()
         self._socks: list[socket.socket] = []
         self._threads: list[threading.Thread] = []
         self._stopping = False
         self._listener = socket.socket()
-        self._listener.bind(("127.0.0.1", 0))
+        # (on every listener: its connections in TIME_WAIT would hold the
+        # port of a closed server against a new one unless both set it)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", port))
         self._listener.listen(64)
         self._listener.settimeout(0.05)  # polls _stopping
         self.port = self._listener.getsockname()[1]
@@ -265,16 +269,18 @@ class FakeBroker(_Server):
     are; a last item None closes the connection after them), or None to
     close it at once. With ``slam=True`` every
     connection is closed as soon as it is accepted, before reading anything.
+    ``port``: as for ``_Server``.
     """
 
     SERVER = "lockbroker/0.0.0-fake"
 
-    def __init__(self, answer=None, *, slam: bool = False, limits: dict | None = None):
+    def __init__(self, answer=None, *, slam: bool = False, limits: dict | None = None,
+                 port: int = 0):
         self.answer = answer
         self.slam = slam
         self.limits = dict(HELLO_LIMITS, **(limits or {}))
         self.lines: list[tuple[int, dict]] = []
-        super().__init__()
+        super().__init__(port)
 
     def accepted(self, n: int, conn: socket.socket) -> None:
         if self.slam:

@@ -2,9 +2,9 @@
 connection (no real broker needed): a fake broker (tests.support.FakeBroker)
 answers hello as a real one does and then each request with
 ``{"id": N, "ok": false, "error": {"code": C, "message": M}}``; the caller
-must get C's own exception class carrying M unchanged and the request's op,
-from every request method, the lease's included, for Client and
-AsyncClient. Also what the client takes from hello (its ``limits.max_line``),
+must get C's own exception class carrying M unchanged, the request's op
+and the lock it is about (in ``lock`` and in its text), from every request
+method, the lease's included, for Client and AsyncClient. Also what the client takes from hello (its ``limits.max_line``),
 and a broker that ends the session after an error tied to no request (as
 it does after ``line_too_long``)."""
 
@@ -72,6 +72,10 @@ SYNC_CALLS = {
     "frobnicate": lambda c: c.request("frobnicate", x=1),
 }
 
+# The lock each of those is about (its error's ``lock``); the others name
+# none (release and extend by a token this client does not hold included).
+NAMED = {"acquire": "fake-lock", "inspect": "fake-lock"}
+
 ASYNC_CALLS = {
     "acquire": lambda c: c.acquire("fake-lock", wait_ms=0),
     "inspect": lambda c: c.inspect("fake-lock"),
@@ -87,10 +91,14 @@ class FakeBrokerErrorTests(unittest.TestCase):
         self.client = lockbroker.Client(self.fake.broker.url, connect_timeout=3)
         self.addCleanup(self.client.close)
 
-    def assert_error(self, cm, code, op):
+    def assert_error(self, cm, code, op, lock=None):
         e = cm.exception
         self.assertIs(type(e), CODES[code], (code, op, e))
         self.assertEqual((e.code, e.message, e.op), (code, message_for(code, op), op))
+        # The error names the lock it is about, and so does its text.
+        self.assertEqual(e.lock, lock)
+        where = f"{op} {lock!r}" if lock is not None else op
+        self.assertEqual(str(e), f"{code} ({where}): {message_for(code, op)}")
 
     def test_every_code_reaches_the_caller_as_its_class(self):
         codes = documented_codes()
@@ -101,7 +109,7 @@ class FakeBrokerErrorTests(unittest.TestCase):
                     self.fake.error = (code, message_for(code, op))
                     with self.assertRaises(lockbroker.LockbrokerError) as cm:
                         call(self.client)
-                    self.assert_error(cm, code, op)
+                    self.assert_error(cm, code, op, NAMED.get(op))
                     # It travelled: the fake answered the request it received last.
                     self.assertEqual(self.fake.broker.ops()[-1], op)
         # None of them ended the session.
@@ -119,7 +127,7 @@ class FakeBrokerErrorTests(unittest.TestCase):
                     self.fake.error = (code, message_for(code, op))
                     with self.assertRaises(lockbroker.LockbrokerError) as cm:
                         call()
-                    self.assert_error(cm, code, op)
+                    self.assert_error(cm, code, op, "fake-lock")  # the lease's
                     self.assertTrue(lease.held)  # an error is not a loss
         self.fake.error = ("not_held", message_for("not_held", "release"))
         with self.assertRaises(lockbroker.LeaseLost) as cm:
@@ -170,10 +178,14 @@ class AsyncFakeBrokerErrorTests(unittest.IsolatedAsyncioTestCase):
     async def asyncTearDown(self):
         await self.client.close()
 
-    def assert_error(self, cm, code, op):
+    def assert_error(self, cm, code, op, lock=None):
         e = cm.exception
         self.assertIs(type(e), CODES[code], (code, op, e))
         self.assertEqual((e.code, e.message, e.op), (code, message_for(code, op), op))
+        # The error names the lock it is about, and so does its text.
+        self.assertEqual(e.lock, lock)
+        where = f"{op} {lock!r}" if lock is not None else op
+        self.assertEqual(str(e), f"{code} ({where}): {message_for(code, op)}")
 
     async def test_every_code_reaches_the_caller_as_its_class(self):
         for code in documented_codes():
@@ -182,7 +194,7 @@ class AsyncFakeBrokerErrorTests(unittest.IsolatedAsyncioTestCase):
                     self.fake.error = (code, message_for(code, op))
                     with self.assertRaises(lockbroker.LockbrokerError) as cm:
                         await call(self.client)
-                    self.assert_error(cm, code, op)
+                    self.assert_error(cm, code, op, NAMED.get(op))
         self.assertEqual(len(self.fake.broker.accepts), 1)
 
     async def test_lease_calls_raise_the_codes_too(self):
@@ -195,7 +207,7 @@ class AsyncFakeBrokerErrorTests(unittest.IsolatedAsyncioTestCase):
                 self.fake.error = (code, message_for(code, "extend"))
                 with self.assertRaises(lockbroker.LockbrokerError) as cm:
                     await lease.extend(1000)
-                self.assert_error(cm, code, "extend")
+                self.assert_error(cm, code, "extend", "fake-lock")
                 self.assertTrue(lease.held)
         self.fake.error = ("not_held", message_for("not_held", "release"))
         with self.assertRaises(lockbroker.LeaseLost) as cm:

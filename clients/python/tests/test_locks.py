@@ -83,6 +83,9 @@ class LockTests(unittest.TestCase):
             self.assertGreaterEqual(time.monotonic() - t0, 0.19)
             self.assertEqual(cm.exception.code, "timeout")
             self.assertTrue(cm.exception.message)
+            # It says which lock: a program waiting on several can tell.
+            self.assertEqual((cm.exception.op, cm.exception.lock), ("acquire", name))
+            self.assertIn(f"(acquire {name!r})", str(cm.exception))
             with self.assertRaises(lockbroker.LockTimeout):
                 self.client.acquire(name, wait_ms=0)
 
