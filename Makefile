@@ -31,7 +31,7 @@ LIB_SRCS  := $(wildcard protocol/*.c) $(wildcard broker/*.c) $(wildcard broker/*
 LUA_PRELUDE := lua/lib/prelude.lua
 LUA_SRCS  := $(sort $(wildcard lua/*.lua))
 GEN_SRC   := build/gen/lua_scripts.c
-UI_FILES  := $(sort $(wildcard ui/*.html ui/*.css ui/*.js))
+UI_FILES  := $(sort $(wildcard ui/*.html ui/*.css ui/*.js ui/*.svg))
 UI_GEN    := build/gen/ui_assets.c
 LOCKCTL_SRCS := $(wildcard cmd/lockctl/*.c)
 UNIT_SRCS := $(wildcard tests/unit/*.c)
@@ -166,6 +166,8 @@ test: deps deps-check
 	@PACKAGING=1 sh deploy/install-deps.sh
 	@$(MAKE) --no-print-directory build/lockbrokerd $(LOCKCTL_BIN)
 	$(TEST_ENV) sh tests/packaging/run-all.sh
+	@UI=1 sh deploy/install-deps.sh
+	$(TEST_ENV) sh tests/ui/run.sh
 
 # Packages as users install them (tests/packaging/run-all.sh).
 test-packaging: build/san/lockbrokerd build/lockbrokerd $(LOCKCTL_BIN)
@@ -364,4 +366,4 @@ fuzz-protocol:
 clean:
 	rm -rf build
 
--include $(shell find build -name '*.d' 2>/dev/null)
+-include $(shell find build -name '*.d' -type f 2>/dev/null)

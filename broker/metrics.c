@@ -19,7 +19,10 @@
 #include "broker/base/log.h"
 #include "broker/store/store.h"
 #include "broker/base/timers.h"
+#include "broker/locks/lockstat.h"
 #include "broker/locks/waitq.h"
+#include "broker/ui_assets.h"
+#include "broker/ui_state.h"
 
 #define MAX_REQUEST 8192
 #define MAX_CONNS 64
@@ -175,6 +178,13 @@ static char *render(size_t *len)
 	put_histogram(&t, "lockbroker_redis_rtt_seconds", "Round trip of Redis commands.", &counters.rtt, counters_rtt_bounds);
 	put_histogram(&t, "lockbroker_acquire_wait_seconds", "Time from an acquire request to its answer.",
 	              &counters.wait, counters_wait_bounds);
+	metric(&t, "lockbroker_grants_total", "counter",
+	       "Locks and permits granted to this broker's acquires (re-entries not included).");
+	put(&t, "lockbroker_grants_total %llu\n", (unsigned long long)lockstat_grants_total());
+	put_histogram(&t, "lockbroker_handoff_seconds",
+	              "Grants to acquires that waited: from when this broker learned the lock was free "
+	              "(a wake-up, or the send of the script that freed it) to the grant.",
+	              lockstat_handoffs(), lockstat_handoff_bounds);
 	*len = t.len;
 	return t.buf;
 }
@@ -240,7 +250,7 @@ static void respond(mconn_t *c, const char *status, const char *type, const char
 {
 	size_t hlen, total;
 	uv_buf_t buf;
-	char head[512];
+	char head[1024];
 
 	c->answered = true;
 	uv_read_stop((uv_stream_t *)&c->tcp);
@@ -260,6 +270,16 @@ static void respond(mconn_t *c, const char *status, const char *type, const char
 }
 
 #define TEXT "text/plain; charset=utf-8"
+/* The page and its files: only what they are (no sniffing), never framed,
+ * scripts and styles of this origin only (no inline code, so data that
+ * slipped into markup could not run), no referrer. */
+#define UI_HEADERS                                                                             \
+	"Cache-Control: no-cache\r\nX-Content-Type-Options: nosniff\r\n"                        \
+	"X-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\n"                             \
+	"Content-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; "    \
+	"connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; "             \
+	"frame-ancestors 'none'\r\n"
+#define STATE_HEADERS "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
 /* A string literal as the body and its length. */
 #define LIT(s) s, sizeof(s) - 1
 
@@ -277,19 +297,33 @@ static const char *not_ready(void)
 	return NULL;
 }
 
+/* The file of ui/ that target (without its query) names, or NULL:
+ * /ui and /ui/ are its index.html, /ui/NAME its NAME. */
+static const ui_asset_t *ui_file(const char *target)
+{
+	if (strcmp(target, "/ui") == 0 || strcmp(target, "/ui/") == 0)
+		return ui_asset_find("index.html");
+	if (strncmp(target, "/ui/", 4) == 0 && !strchr(target + 4, '/'))
+		return ui_asset_find(target + 4);
+	return NULL;
+}
+
 /*
- * GET (or HEAD) of one of three paths; the query string is ignored.
- *   /metrics  the Prometheus text
- *   /healthz  liveness: 200 while the process runs its loop
- *   /readyz   readiness: 200 while lock requests can be served, else 503
- *             with the reason as its one line
+ * GET (or HEAD) of one of these paths; the query string is ignored.
+ *   /metrics   the Prometheus text
+ *   /healthz   liveness: 200 while the process runs its loop
+ *   /readyz    readiness: 200 while lock requests can be served, else 503
+ *              with the reason as its one line
+ *   /ui        the page (ui/index.html; its files at /ui/NAME)
+ *   /ui/state  the JSON the page shows (ui_state.h)
  */
 static void answer(mconn_t *c)
 {
 	char method[16] = "", target[256] = "";
+	const ui_asset_t *file = NULL;
 	const char *why;
 	size_t plen;
-	bool with_body;
+	bool with_body, state;
 
 	if (sscanf(c->req, "%15s %255s", method, target) != 2) {
 		respond(c, "400 Bad Request", TEXT, "", LIT("bad request\n"), true);
@@ -298,8 +332,11 @@ static void answer(mconn_t *c)
 	plen = strcspn(target, "?");
 	target[plen] = '\0';
 	with_body = strcmp(method, "HEAD") != 0; /* a HEAD answer never has one */
+	state = strcmp(target, "/ui/state") == 0;
+	if (!state)
+		file = ui_file(target);
 	if (strcmp(target, "/metrics") != 0 && strcmp(target, "/healthz") != 0 &&
-	    strcmp(target, "/readyz") != 0) {
+	    strcmp(target, "/readyz") != 0 && !state && !file) {
 		respond(c, "404 Not Found", TEXT, "", LIT("not found: try /metrics, /healthz or /readyz\n"),
 		        with_body);
 		return;
@@ -309,7 +346,15 @@ static void answer(mconn_t *c)
 		        LIT("only GET and HEAD\n"), true);
 		return;
 	}
-	if (strcmp(target, "/healthz") == 0) {
+	if (state) {
+		size_t len;
+		const char *body = ui_state_render(&len);
+		respond(c, "200 OK", "application/json; charset=utf-8", STATE_HEADERS, body, len,
+		        with_body);
+	} else if (file) {
+		respond(c, "200 OK", file->type, UI_HEADERS, (const char *)file->data, file->len,
+		        with_body);
+	} else if (strcmp(target, "/healthz") == 0) {
 		respond(c, "200 OK", TEXT, "", LIT("ok\n"), with_body);
 	} else if (strcmp(target, "/readyz") == 0) {
 		why = not_ready();
@@ -397,7 +442,9 @@ int metrics_listen(uv_loop_t *loop, const listen_addr_t *addr)
 		metrics_close();
 		return -1;
 	}
-	LOG(LOG_INFO, "msg=\"metrics listening\" url=\"http://%s:%d/metrics\" health=\"/healthz /readyz\"",
+	ui_state_start(loop);
+	LOG(LOG_INFO,
+	    "msg=\"metrics listening\" url=\"http://%s:%d/metrics\" health=\"/healthz /readyz\" ui=\"/ui\"",
 	    addr->host, addr->port);
 	return 0;
 }
@@ -407,6 +454,7 @@ void metrics_close(void)
 	if (!L.open)
 		return;
 	L.open = false;
+	ui_state_stop();
 	uv_close((uv_handle_t *)&L.listener, NULL);
 	for (mconn_t *c = L.conns; c; c = c->next)
 		conn_close(c);

@@ -15,6 +15,14 @@ fi
 if [ "${CLIENTS:-}" = 1 ]; then
 	PKGS="$PKGS python3 golang-go nodejs"
 fi
+# UI=1 (make test, make test-ui): the browser the /ui test drives
+# (tests/ui/: puppeteer-core from the npm registry, into build/).
+if [ "${UI:-}" = 1 ]; then
+	PKGS="$PKGS chromium nodejs"
+	if ! command -v npm >/dev/null 2>&1; then
+		PKGS="$PKGS npm"
+	fi
+fi
 # PACKAGING=1 (make test, make test-packaging): what building and
 # installing the packages takes (tests/packaging/).
 if [ "${PACKAGING:-}" = 1 ]; then

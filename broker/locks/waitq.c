@@ -471,6 +471,20 @@ size_t waitq_count(void)
 	return waitq.pending;
 }
 
+void waitq_foreach_pending(void (*fn)(const waitq_view_t *v, void *arg), void *arg)
+{
+	for (size_t b = 0; b < waitq.locks.nbuckets; b++) {
+		for (htab_node_t *e = waitq.locks.buckets[b]; e; e = e->next) {
+			const wlock_t *wl = (const wlock_t *)((const char *)e - offsetof(wlock_t, by_name));
+			for (const waiter_t *w = wl->head; w; w = w->wl_next) {
+				waitq_view_t v = {wl->name, wl->len, w->s, w->mode, w->created_at};
+				if (w->pending)
+					fn(&v, arg);
+			}
+		}
+	}
+}
+
 void waitq_free(void)
 {
 	FAILS_ASSERT(waitq.count == 0);

@@ -51,6 +51,20 @@ void waitq_take_grants(const char *lock, size_t lock_len, const redisReply *r, s
 
 /* Pending acquires on this broker: not yet answered, not ended. */
 size_t waitq_count(void);
+
+/* What the UI (/ui/state) shows of a pending acquire: its lock, its
+ * session, its mode and when it came (uv_now ms). Never its id, which is
+ * the token it will hold. */
+typedef struct waitq_view {
+	const char *lock;
+	size_t lock_len;
+	const struct client *client;
+	lb_mode_t mode;
+	uint64_t since;
+} waitq_view_t;
+/* Calls fn for every pending acquire, lock by lock, oldest first within
+ * a lock; fn must not change the queues. */
+void waitq_foreach_pending(void (*fn)(const waitq_view_t *v, void *arg), void *arg);
 /* Frees the tables at exit; every waiter must be gone. */
 void waitq_free(void);
 

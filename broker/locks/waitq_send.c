@@ -13,6 +13,7 @@
 #include "broker/base/counters.h"
 #include "broker/base/log.h"
 #include "broker/base/shared.h"
+#include "broker/locks/lockstat.h"
 #include "broker/locks/pointer.h"
 #include "broker/locks/reentry.h"
 #include "broker/locks/waitq_int.h"
@@ -86,9 +87,10 @@ static bool refresh_pointer_then_answer(waiter_t *w, const resp_acquired_t *ans)
 }
 
 /* w is granted the lock: a lease for its session, the answer, and every
- * acquire chained behind it re-enters that lease. */
+ * acquire chained behind it re-enters that lease. own: by the reply of its
+ * own acquire (else of a script that freed the lock: lockstat_grant). */
 static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t hold_ms,
-                     uint64_t sent_at)
+                     uint64_t sent_at, bool own)
 {
 	client_t *s = w->s;
 	lease_t *l = NULL;
@@ -128,6 +130,7 @@ static void grant_to(waiter_t *w, int64_t fence, int64_t ttl_granted, int64_t ho
 		wq_finish_failed(w);
 		return;
 	}
+	lockstat_grant(w->wl->name, w->wl->len, w->created_at, sent_at, own);
 	if (!w->detach) {
 		l = lease_new(s, w->id, w->wl->name, w->wl->len, w->owner, w->owner_len, w->mode, fence,
 		              w->ttl_ms, w->watchdog);
@@ -338,7 +341,7 @@ static void acquire_reply(const redisReply *r, waiter_t *w)
 		w->wl->rl_losses = 0;
 		w->wl->rl_splits = 0;
 		w->wl->rl_not_before = 0;
-		grant_to(w, a, b, hold, w->sent_at);
+		grant_to(w, a, b, hold, w->sent_at, true);
 		return;
 	}
 	w->state = W_QUEUED;
@@ -669,6 +672,6 @@ void waitq_take_grants(const char *lock, size_t lock_len, const redisReply *r, s
 			continue;
 		}
 		grant_to(w, r->element[k + 1]->integer, r->element[k + 2]->integer,
-		         r->element[k + 3]->integer, sent_at);
+		         r->element[k + 3]->integer, sent_at, false);
 	}
 }

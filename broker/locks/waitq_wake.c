@@ -16,6 +16,7 @@
 #include "broker/base/log.h"
 #include "broker/base/shared.h"
 #include "broker/base/random.h"
+#include "broker/locks/lockstat.h"
 #include "broker/locks/waitq_int.h"
 #include "broker/store/lockscript.h"
 
@@ -295,6 +296,7 @@ void waitq_on_message(const char *name, size_t len)
 	wlock_t *wl = wq_wlock_find(name, len);
 
 	if (wl) {
+		lockstat_wake(name, len);
 		wl->rl_woken = true; /* Redlock's only: see wq_redlock_round */
 		wq_wlock_heartbeat(wl);
 	} else if (len > 0 && len <= REQ_LOCK_MAX_BYTES && !store_redlock())
