@@ -3,7 +3,8 @@
 # test and run. Safe to run again: it does nothing when all are present.
 # FUZZ=1 (make fuzz-protocol) adds clang and its libFuzzer runtime, which
 # nothing else needs. CLIENTS=1 (make test, make test-clients) adds what
-# the client libraries' tests run on: python3, golang-go and nodejs.
+# the client libraries' tests run on: python3, golang-go, nodejs, and
+# openjdk-17-jdk-headless with junit5 (the Java client, built with javac).
 # PACKAGING=1: the tools of tests/packaging/.
 set -eu
 
@@ -13,7 +14,7 @@ if [ "${FUZZ:-}" = 1 ]; then
 	PKGS="$PKGS clang libclang-rt-dev"
 fi
 if [ "${CLIENTS:-}" = 1 ]; then
-	PKGS="$PKGS python3 golang-go nodejs"
+	PKGS="$PKGS python3 golang-go nodejs openjdk-17-jdk-headless junit5"
 fi
 # UI=1 (make test, make test-ui): the browser the /ui test drives
 # (tests/ui/: puppeteer-core from the npm registry, into build/).

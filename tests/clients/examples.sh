@@ -41,6 +41,12 @@ fi
 if [ -x build/clients/c/counter ]; then
 	start c build/clients/c/counter --iterations "$n" --url "$url" --redis "$redis"
 fi
+if [ -f examples/java/Counter.java ] && command -v javac >/dev/null 2>&1; then
+	# the client's jar (build/java/), then the counter as a single-file program
+	sh clients/java/build.sh jar >/dev/null
+	start java java -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp build/java/lockbroker-0.1.0.jar \
+		examples/java/Counter.java --iterations "$n" --url "$url" --redis "$redis"
+fi
 
 failed=0
 count=0

@@ -55,6 +55,14 @@ else
 	echo "== clients: c: not there yet"
 fi
 
+if [ -f clients/java/build.sh ]; then
+	# javac, jar and JUnit 5's console launcher (Debian openjdk-17-jdk-headless,
+	# junit5), no Maven; classes and the jar go to build/java/.
+	run java $wb sh clients/java/build.sh test
+else
+	echo "== clients: java: not there yet"
+fi
+
 # The examples/ programs of every language together on one lock.
 run examples env GOCACHE="$top/build/go-cache" GOFLAGS=-mod=mod GOPROXY=off \
 	$wb sh tests/clients/examples.sh
