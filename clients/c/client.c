@@ -112,7 +112,6 @@ struct lbc_client {
 	int backoff_ms;
 
 	_Atomic int64_t next_id;
-	_Atomic uint64_t owner_seq;
 
 	qevent_t *evq, *evq_tail;
 	bool delivering;
@@ -158,9 +157,16 @@ int64_t lbc_next_id(lbc_client_t *c)
 	return atomic_fetch_add(&c->next_id, 1);
 }
 
-void lbc_fresh_owner(lbc_client_t *c, char *buf, size_t len)
+/* Threads are numbered from 1 at their first acquire, process-wide: the
+ * owner names the thread on every client (re-entry is per session anyway). */
+static _Atomic uint64_t thread_seq = 1;
+static _Thread_local uint64_t thread_no;
+
+void lbc_thread_owner(char *buf, size_t len)
 {
-	snprintf(buf, len, "lbc#%llu", (unsigned long long)atomic_fetch_add(&c->owner_seq, 1));
+	if (thread_no == 0)
+		thread_no = atomic_fetch_add(&thread_seq, 1);
+	snprintf(buf, len, "lbc#t%llu", (unsigned long long)thread_no);
 }
 
 int64_t lbc_request_timeout(const lbc_client_t *c)
@@ -1337,7 +1343,6 @@ lbc_client_t *lbc_connect(const char *url, const lbc_options_t *opts, lbc_error_
 	c->state = ST_DOWN;
 	c->fd = c->dead_fd = -1;
 	atomic_init(&c->next_id, 1);
-	atomic_init(&c->owner_seq, 1);
 
 	lbc_lock(c);
 	st = ensure_session_locked(c, true, -1, err);

@@ -216,8 +216,8 @@ void lbc_req_finish(lbc_jw_t *w);
 
 /* Takes a fresh request id. */
 int64_t lbc_next_id(lbc_client_t *c);
-/* A fresh owner for one acquire. */
-void lbc_fresh_owner(lbc_client_t *c, char *buf, size_t len);
+/* The calling thread's owner ("lbc#tN"): the default owner of an acquire. */
+void lbc_thread_owner(char *buf, size_t len);
 
 /* Sends w (built with id p->id) and waits up to timeout_ms (< 0: no
  * limit) for its answer, connecting first when there is no session (unless

@@ -8,9 +8,11 @@
  * answer. One lbc_client_t holds one connection (one broker session) and is
  * safe to share between threads: requests of different threads are
  * pipelined on the connection and each thread gets its own answer; a
- * waiting acquire never holds up another thread's release. Each acquire is
- * its own reentrancy owner unless an owner is given, so threads sharing a
- * client exclude each other exactly as two processes would.
+ * waiting acquire never holds up another thread's release. The calling
+ * thread is an acquire's reentrancy owner unless an owner is given: a
+ * thread that acquires a lock it holds re-enters it (a new handle on the
+ * same lease, count + 1) and never waits for itself, while threads
+ * sharing a client exclude each other exactly as two processes would.
  *
  * Glossary (as in the broker): a session is one connection and what the
  * broker keeps for it; a lease is one grant of a lock, named by its token;
@@ -288,8 +290,9 @@ typedef struct lbc_acquire_opts {
 	int fair;               /* LBC_DEFAULT (on), LBC_ON, LBC_OFF */
 	bool detach;            /* the lease survives the session */
 	int64_t max_hold_ms;    /* 0: no cap; else the lease ends this long after its grant */
-	const char *owner;      /* NULL: this call's own owner (no reentrancy with any
-	                           other call); calls with the same owner re-enter */
+	const char *owner;      /* NULL: the calling thread ("lbc#tN": its acquires
+	                           re-enter each other); calls with the same owner
+	                           re-enter, on any thread */
 	lbc_cancel_t *cancel;   /* NULL, or a token that gives the wait up: the
 	                           acquire answers LBC_CANCELLED (a grant that crossed
 	                           the cancel is released) */

@@ -234,7 +234,7 @@ lbc_status lbc_acquire_opts_check(lbc_client_t *c, const lbc_acquire_opts_t *o, 
 			                     "the owner must be UTF-8 of at most 128 bytes");
 		snprintf(owner, owner_len, "%s", o->owner);
 	} else {
-		lbc_fresh_owner(c, owner, owner_len);
+		lbc_thread_owner(owner, owner_len);
 	}
 	if (lbc_cancel_fired(o->cancel))
 		return lbc_set_error(err, LBC_CANCELLED, "the acquire was cancelled before it was sent");

@@ -103,9 +103,11 @@ Test(errors, cancelled_by_the_broker, .timeout = 10)
 	lbc_error_t err;
 	pthread_t t;
 
-	/* the same client: the waiting call is also the one that holds */
+	/* the same client and thread, as another owner (the thread's own
+	 * owner would re-enter) */
 	pthread_create(&t, NULL, fire_later, tok);
-	expect_broker(lbc_acquire(a, name, &(lbc_acquire_opts_t){.cancel = tok}, &l, &err), LBC_CANCELLED, &err);
+	expect_broker(lbc_acquire(a, name, &(lbc_acquire_opts_t){.cancel = tok, .owner = "waiter"}, &l, &err),
+	              LBC_CANCELLED, &err);
 	pthread_join(t, NULL);
 	cr_assert_null(l);
 	lbc_cancel_free(tok);

@@ -166,8 +166,10 @@ Test(locks, reentrancy_needs_the_same_owner, .timeout = 10)
 	cr_assert_str_eq(lbc_lease_token(one), lbc_lease_token(two));
 	cr_assert_eq(lbc_lease_count(two), 2);
 	cr_assert_eq(lbc_lease_fence(two), lbc_lease_fence(one));
-	/* no owner given: this call is a stranger, even on the same client */
-	cr_assert_eq(lbc_acquire(c, name, &try_once, &other, NULL), LBC_TIMEOUT);
+	/* another owner is a stranger, even on the same client and thread */
+	cr_assert_eq(lbc_acquire(c, name, &(lbc_acquire_opts_t){.wait_ms = LBC_NO_WAIT, .owner = "worker-2"},
+	                         &other, NULL),
+	             LBC_TIMEOUT);
 	cr_assert_eq(lbc_release(c, two, &left, NULL), LBC_OK);
 	cr_assert_eq(left, 1);
 	cr_assert_eq(lbc_release(c, one, &left, NULL), LBC_OK);
@@ -179,9 +181,10 @@ Test(locks, shared_holders_coexist, .timeout = 10)
 {
 	lbc_client_t *c = must_connect(NEED_BROKER(), NULL);
 	char name[96];
-	lbc_acquire_opts_t shared = {.mode = LBC_SHARED, .wait_ms = LBC_NO_WAIT};
+	lbc_acquire_opts_t shared = {.mode = LBC_SHARED, .wait_ms = LBC_NO_WAIT, .owner = "reader-1"};
+	lbc_acquire_opts_t shared2 = {.mode = LBC_SHARED, .wait_ms = LBC_NO_WAIT, .owner = "reader-2"};
 	lbc_lease_t *r1 = must_acquire(c, unique_name(name, sizeof(name), "rw"), &shared);
-	lbc_lease_t *r2 = must_acquire(c, name, &shared);
+	lbc_lease_t *r2 = must_acquire(c, name, &shared2);
 	lbc_lease_t *w = NULL;
 	lbc_lock_info_t *info;
 
@@ -373,5 +376,56 @@ Test(locks, the_default_label_has_the_common_shape, .timeout = 10)
 	cr_assert(strstr(info->holders[0].client, " lockbroker-c/") != NULL, "%s", info->holders[0].client);
 	lbc_lock_info_free(info);
 	cr_assert_eq(lbc_release(c, l, NULL, NULL), LBC_OK);
+	lbc_close(c);
+}
+
+typedef struct stranger_job {
+	lbc_client_t *c;
+	const char *name;
+	lbc_status st;
+} stranger_job_t;
+
+static void *stranger_main(void *arg)
+{
+	stranger_job_t *j = arg;
+	lbc_lease_t *l = NULL;
+
+	j->st = lbc_acquire(j->c, j->name, &(lbc_acquire_opts_t){.wait_ms = 300}, &l, NULL);
+	if (j->st == LBC_OK)
+		lbc_release(j->c, l, NULL, NULL);
+	return NULL;
+}
+
+/* The calling thread is the default owner (the story every client
+ * follows): the same thread re-enters a lock it holds (same token, count
+ * 2, each handle one level) instead of waiting for itself; another thread
+ * on the same client is a stranger and waits. */
+Test(locks, the_calling_thread_is_the_default_owner, .timeout = 10)
+{
+	lbc_client_t *c = must_connect(NEED_BROKER(), NULL);
+	char name[96];
+	lbc_lock_info_t *info;
+	pthread_t t;
+	int64_t left = -1;
+
+	unique_name(name, sizeof(name), "thread-owner");
+	lbc_lease_t *one = must_acquire(c, name, &try_once);
+	lbc_lease_t *two = must_acquire(c, name, &try_once);
+	cr_assert_str_eq(lbc_lease_token(one), lbc_lease_token(two));
+	cr_assert_eq(lbc_lease_count(two), 2);
+	cr_assert_eq(lbc_inspect(c, name, &info, NULL), LBC_OK);
+	cr_assert_eq(info->n_holders, 1);
+	cr_assert(strncmp(info->holders[0].owner, "lbc#t", 5) == 0, "owner %s", info->holders[0].owner);
+	lbc_lock_info_free(info);
+
+	stranger_job_t j = {.c = c, .name = name};
+	pthread_create(&t, NULL, stranger_main, &j);
+	pthread_join(t, NULL);
+	cr_assert_eq(j.st, LBC_TIMEOUT, "another thread re-entered: %s", lbc_status_code(j.st));
+
+	cr_assert_eq(lbc_release(c, two, &left, NULL), LBC_OK);
+	cr_assert_eq(left, 1);
+	cr_assert_eq(lbc_release(c, one, &left, NULL), LBC_OK);
+	cr_assert_eq(left, 0);
 	lbc_close(c);
 }

@@ -1,6 +1,6 @@
 /*
  * test_threads.c - one client shared by threads: two threads taking the
- * same lock exclude each other (each call is its own owner, so they never
+ * same lock exclude each other (each thread is its own owner, so they never
  * re-enter each other's lease), a release from one thread is not held up
  * by another thread's waiting acquire, and many threads pipelining on one
  * connection each get their own answers.
