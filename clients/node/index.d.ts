@@ -29,7 +29,11 @@ export interface ClientOptions {
   backoffMinMs?: number;
   /** Largest delay between connection attempts (default 2000). */
   backoffMaxMs?: number;
-  /** Run withLock bodies in an AsyncLocalStorage scope (reentrant, DeadlockError); default true. */
+  /**
+   * Run withLock bodies in an AsyncLocalStorage scope, inside which the body's lock is re-entered
+   * (default true). false: no scopes, every call without `owner` is a fresh owner, `reentrant: true`
+   * is refused.
+   */
   taskScopes?: boolean;
 }
 
@@ -48,9 +52,16 @@ export interface AcquireOptions {
   value?: string;
   /** Ended without a release, the lock stays held back this long. */
   lockDelayMs?: number;
-  /** Reentrancy identity; default: a fresh owner per call. */
+  /**
+   * Reentrancy identity; always wins. Default: inside a withLock body of this client holding this
+   * lock, that body's owner (the call re-enters); otherwise a fresh owner per call.
+   */
   owner?: string;
-  /** Re-enter the lock an enclosing withLock body of this client holds. */
+  /**
+   * Inside a withLock body holding this lock: true or absent re-enters it (same lease, count + 1);
+   * false asks as a new owner, which waits (waitMs) while the body holds it. Outside such a body it
+   * changes nothing. true cannot go with `owner`, nor with taskScopes: false.
+   */
   reentrant?: boolean;
   /** Aborting it cancels the acquire: the call rejects with CancelledError. */
   signal?: AbortSignal;
@@ -164,7 +175,9 @@ export declare class Client extends EventEmitter {
   readonly serverInfo: ServerInfo | null;
   connect(): Promise<this>;
   close(): Promise<void>;
+  /** Inside a withLock body holding `name`, re-enters its lease unless `owner` or `reentrant: false`. */
   acquire(name: string, opts?: AcquireOptions): Promise<Lease>;
+  /** Runs fn under the lock, then releases one level; nested in a withLock of `name`, re-enters it. */
   withLock<T>(name: string, fn: (lease: Lease) => T | Promise<T>, opts?: AcquireOptions): Promise<T>;
   release(lease: Lease | string): Promise<number>;
   extend(lease: Lease | string, ttlMs: number): Promise<number>;
@@ -173,6 +186,7 @@ export declare class Client extends EventEmitter {
   stats(): Promise<Stats>;
   ping(): Promise<{ redis: 'up' | 'down' }>;
   request(op: string, fields?: Record<string, unknown>): Promise<Record<string, unknown>>;
+  /** All or none; without `owner`, locks that enclosing withLock bodies hold are re-entered. */
   lockAll(
     locks: Array<string | { lock: string; mode?: 'exclusive' | 'shared'; limit?: number }>,
     opts?: Omit<AcquireOptions, 'mode' | 'limit' | 'value' | 'reentrant' | 'signal'>,
@@ -219,6 +233,10 @@ export declare class UnavailableError extends LockbrokerError {}
 export declare class ShuttingDownError extends LockbrokerError {}
 export declare class InternalError extends LockbrokerError {}
 export declare class ConnectionError extends LockbrokerError {}
+/**
+ * No longer thrown by acquire or withLock (they re-enter the lock an enclosing withLock holds); only
+ * lockAll throws it, asked without owner for locks that enclosing bodies hold under two owners.
+ */
 export declare class DeadlockError extends LockbrokerError {}
 export declare class ProtocolError extends LockbrokerError {}
 export declare class LeaseLostError extends LockbrokerError {

@@ -28,15 +28,26 @@
  *  - `lost` events are routed by token to the lease of the session that got
  *    them (or to a detached lease); a token this client does not track is
  *    ignored.
- *  - Owners: every acquire and withLock call without `owner` gets a fresh
- *    owner ("node-task-N"), so two tasks sharing the client never re-enter
- *    each other's locks. A withLock body runs in an AsyncLocalStorage scope
- *    that names its lease (unless taskScopes is false): inside it
- *    {reentrant: true} re-enters the lock the enclosing body holds (same
- *    owner, count + 1), and asking for that lock again without `owner` or
- *    `reentrant` rejects with DeadlockError, instead of waiting for itself
- *    forever. Semaphores (limit) are exempt: each acquire is a new permit
- *    by the protocol.
+ *  - Owners (reentrancy belongs to (session, owner), as the protocol says;
+ *    the client's default owner is the caller's thread of control as far
+ *    as it can see one, which in Node is the task scope of the enclosing
+ *    withLock): a withLock body runs in an AsyncLocalStorage scope that
+ *    names its lease (unless taskScopes is false). Inside it, an acquire,
+ *    withLock or lockAll of the lock an enclosing body holds, without
+ *    `owner`, re-enters it: same owner, same lease, count + 1, each level
+ *    released by its own release. It never waits for itself and never
+ *    throws for it; `{reentrant: false}` asks for a new owner instead (it
+ *    waits, as a stranger would). Sub-tasks a body starts are in its scope
+ *    too: they re-enter its lock, they do not exclude each other on it.
+ *    Every other call without `owner` gets a
+ *    fresh owner ("node-task-N"): two withLock tasks sharing the client
+ *    exclude each other, and two plain acquires (no scope) of one lock in
+ *    one task wait for each other, the client seeing no task there. An
+ *    explicit `owner` always wins. A nested call whose enclosing lease is
+ *    lost rejects with the loss. Semaphores (limit) are exempt: each
+ *    acquire is a new permit by the protocol. DeadlockError is left for
+ *    the one self-wait a single call cannot avoid: a lockAll over locks
+ *    that enclosing bodies hold under two different owners.
  *  - withLock settles only after the release's answer (a release answered
  *    `unavailable` is tried again while the lease is held); if the lease
  *    was lost at any moment before the release completed, it rejects with
@@ -186,8 +197,9 @@ class Client extends EventEmitter {
    * @param {number} [opts.backoffMinMs=50]   first delay between connection attempts
    * @param {number} [opts.backoffMaxMs=2000] largest delay
    * @param {boolean} [opts.taskScopes=true]  run withLock bodies in an
-   *   AsyncLocalStorage scope (reentrant, DeadlockError); false spares the
-   *   process the cost of async context tracking on Node < 22
+   *   AsyncLocalStorage scope, inside which the body's lock is re-entered;
+   *   false spares the process the cost of async context tracking on
+   *   Node < 22 (then every call without owner is a fresh owner)
    */
   constructor(opts = {}) {
     super();
@@ -463,9 +475,12 @@ class Client extends EventEmitter {
 
   /**
    * Takes a lock; resolves with its Lease. See README.md for the options.
+   * Inside a withLock body of this client that holds `name`, it re-enters
+   * that lease (same object, count + 1) unless opts.owner is given or
+   * opts.reentrant is false (then it waits as another owner).
    * Rejects with the broker's error class (LockTimeoutError, ConflictError,
-   * ...), CancelledError when opts.signal aborts it, DeadlockError, or
-   * ConnectionError.
+   * ...), CancelledError when opts.signal aborts it, the enclosing lease's
+   * LeaseLostError when that was lost, or ConnectionError.
    * @param {string} name
    * @param {object} [opts]
    */
@@ -480,21 +495,21 @@ class Client extends EventEmitter {
     }
 
     let owner = opts.owner != null ? opts.owner : null;
-    const outer = opts.limit == null ? this._enclosing(name) : null;
-    if (opts.reentrant) {
+    const reentrant = opts.reentrant != null ? Boolean(opts.reentrant) : null;
+    if (reentrant === true) {
       if (owner !== null) throw new InvalidArgumentError("give 'owner' or 'reentrant', not both");
       if (!this.taskScopes) {
         throw new InvalidArgumentError("'reentrant' needs taskScopes; pass {owner: lease.owner} to re-enter a lease");
       }
+    }
+    // Inside a withLock scope holding this lock: re-enter it (the default),
+    // unless an owner is named or reentrant is false. Never a wait for itself.
+    if (owner === null && reentrant !== false && opts.limit == null) {
+      const outer = this._enclosing(name);
       if (outer) {
         if (outer.state === 'lost') throw outer.lostError;
         owner = outer.owner;
       }
-    } else if (owner === null && outer && outer.state === 'held') {
-      throw new DeadlockError(
-        `lock ${JSON.stringify(name)} is held by the enclosing withLock of this task: ` +
-          'pass {reentrant: true} to re-enter it, or an explicit {owner} to wait for it as another owner',
-      );
     }
     if (owner === null) owner = this._newOwner();
     fields.owner = owner;
@@ -531,7 +546,9 @@ class Client extends EventEmitter {
   }
 
   /**
-   * Runs fn(lease) under the lock and releases it after, whatever fn did.
+   * Runs fn(lease) under the lock and releases it after, whatever fn did;
+   * fn runs in a scope where this lock is re-entered (see acquire), and a
+   * withLock of it inside an enclosing one re-enters, releasing one level.
    * Resolves with fn's result. Rejects with fn's error; with the loss
    * (LeaseLostError) if the lease was lost before the release completed,
    * even when fn succeeded; or with the release's error.
@@ -602,14 +619,35 @@ class Client extends EventEmitter {
    * The broker takes them in one total order, so callers asking overlapping
    * sets in any order never deadlock; on timeout or any error it gave back
    * what it took. Options: ttlMs, waitMs, watchdog, fair, detach, maxHoldMs,
-   * lockDelayMs, owner.
+   * lockDelayMs, owner. Without owner, locks of the set that enclosing
+   * withLock bodies hold are re-entered (the set is taken as their owner);
+   * held under two different owners, it rejects with DeadlockError.
    */
   async lockAll(locks, opts = {}) {
     checkOptions(opts, ['ttlMs', 'waitMs', 'watchdog', 'fair', 'detach', 'maxHoldMs', 'lockDelayMs', 'owner'],
       'lockAll option');
     const fields = { locks: locks.map((x) => (typeof x === 'string' ? { lock: x } : { ...x })) };
     for (const [key, wire] of ACQUIRE_FIELDS) if (opts[key] != null) fields[wire] = opts[key];
-    const owner = opts.owner != null ? opts.owner : this._newOwner();
+    let owner = opts.owner != null ? opts.owner : null;
+    if (owner === null) {
+      // Locks of the set that enclosing withLock bodies hold are re-entered,
+      // as acquire does: the call takes the whole set as their owner. One
+      // call has one owner, so holders under two owners would be waited for.
+      const outers = new Set();
+      for (const entry of fields.locks) {
+        const outer = entry.limit == null ? this._enclosing(entry.lock) : null;
+        if (!outer) continue;
+        if (outer.state === 'lost') throw outer.lostError;
+        outers.add(outer.owner);
+      }
+      if (outers.size > 1) {
+        throw new DeadlockError(
+          'lockAll: enclosing withLock bodies hold locks of this set under different owners, ' +
+            'and one call re-enters as one owner: it would wait for itself; take the other locks on their own',
+        );
+      }
+      owner = outers.size === 1 ? [...outers][0] : this._newOwner();
+    }
     fields.owner = owner;
     const detached = opts.detach === true;
     const session = await this._ready();

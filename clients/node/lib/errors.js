@@ -79,9 +79,11 @@ class ConnectionError extends LockbrokerError {}
 ConnectionError.prototype.code = 'connection';
 
 /**
- * A lock call inside a withLock body asked, as a new owner, for the lock
- * that body holds: waiting would wait for itself. Pass {reentrant: true} to
- * re-enter, or an explicit {owner} to wait as another owner.
+ * A call would wait for its own task. Since acquire and withLock re-enter
+ * the lock an enclosing withLock body holds (they no longer throw this),
+ * only lockAll throws it: asked, without an owner, for locks that
+ * enclosing bodies hold under two different owners. Kept exported for
+ * callers that test for it.
  */
 class DeadlockError extends LockbrokerError {}
 DeadlockError.prototype.code = 'deadlock';
