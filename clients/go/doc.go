@@ -19,9 +19,13 @@
 //     grants and applies events: a lease is in the lease table before the
 //     next line is read, so no "lost" event can slip between a grant and its
 //     registration.
-//   - Every Lock call acquires under an owner of its own (the broker's
-//     reentrancy identity), unless WithOwner names one: goroutines sharing a
-//     Client never re-enter each other's locks.
+//   - Reentrancy belongs to (session, owner), as the protocol says, and in
+//     Go the owner is the context: the contexts a lease gives (its Context()
+//     and the ctx WithLock passes to fn) carry it, and a Lock of the same
+//     lock with such a context re-enters it (same *Lease, Count one higher),
+//     never waits for it. Any other Lock acquires under an owner of its own,
+//     unless WithOwner names one: goroutines sharing a Client never
+//     re-enter each other's locks, and an explicit owner always wins.
 //   - A lease is held, lost or released; lost and released are final.
 //     Lost() is closed on loss only; Context() is cancelled at either end;
 //     Err() tells which. Release and Extend of a lost lease return the loss

@@ -267,6 +267,13 @@ type acquireAllReq struct {
 // on a timeout (Wait), an error or ctx's end it gives back what it took.
 // Options as for Lock (TTL, Wait, Watchdog, Fair, Detach, MaxHold,
 // LockDelay, WithOwner); Shared, Limit and Value are per lock here.
+//
+// As Lock, it re-enters the locks of the set that the scope of ctx holds
+// (see Lock), under their owner: the other locks of the set are then taken
+// under that owner too. It fails at once with the loss when the scope lost
+// one of them, and with ErrConflict when the scope holds them under
+// different owners (one acquire_all has one owner) or a detached lease is
+// involved.
 func (c *Client) LockAll(ctx context.Context, locks []LockSpec, opts ...LockOption) ([]*Lease, error) {
 	var o lockOptions
 	for _, opt := range opts {
@@ -281,16 +288,32 @@ func (c *Client) LockAll(ctx context.Context, locks []LockSpec, opts ...LockOpti
 		}
 		req.Locks = append(req.Locks, e)
 	}
+	var ups []*Lease // the leases of ctx's scope it re-enters
 	if o.owner != nil {
 		req.Owner = *o.owner
 	} else {
-		req.Owner = c.newOwner()
-	}
-	cl := &call{op: "acquire_all", ctx: ctx, detached: o.detach}
-	if err := c.do(ctx, cl, req); err != nil {
-		if ctx.Err() == nil || cl.done == nil {
+		var err error
+		if ups, req.Owner, err = c.enclosingAll(ctx, locks, o.detach); err != nil {
 			return nil, err
 		}
+		if len(ups) == 0 {
+			req.Owner = c.newOwner()
+		}
+	}
+	cl := &call{op: "acquire_all", ctx: ctx, detached: o.detach, owner: req.Owner}
+	err := c.do(ctx, cl, req)
+	if err == nil {
+		if lerr := firstLoss(ups); lerr != nil {
+			// The scope lost a lock it re-enters meanwhile: no fresh
+			// grant in its place; every level the answer took goes back.
+			for _, l := range cl.leases {
+				l.releaseQuietly()
+			}
+			return nil, lerr
+		}
+		return cl.leases, nil
+	}
+	if ctx.Err() != nil && cl.done != nil {
 		// Given up while it waited: cancel it at the broker, and give
 		// back whatever a grant that crossed the cancel took.
 		go func() {
@@ -306,9 +329,12 @@ func (c *Client) LockAll(ctx context.Context, locks []LockSpec, opts ...LockOpti
 				_ = l.Release(cctx)
 			}
 		}()
-		return nil, &cancelError{lock: "acquire_all", cause: ctx.Err()}
+		err = &cancelError{lock: "acquire_all", cause: ctx.Err()}
 	}
-	return cl.leases, nil
+	if lerr := firstLoss(ups); lerr != nil {
+		return nil, lerr
+	}
+	return nil, err
 }
 
 // Campaigns campaigns for as long as ctx lives: the channel gets the

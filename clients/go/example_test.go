@@ -66,6 +66,49 @@ func Example() {
 	// released
 }
 
+// Reentrancy follows the context: fn's ctx carries the lease, so a nested
+// WithLock (or Lock) of the same lock with it re-enters instead of waiting
+// for itself; a context without the lease would wait like another caller.
+func ExampleClient_WithLock_reentrant() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := lockbroker.Dial(ctx, "")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	post := func(ctx context.Context) error {
+		// Called with or without the lock held: it takes it either way.
+		return c.WithLock(ctx, "example:ledger:reentrant", func(ctx context.Context, l *lockbroker.Lease) error {
+			fmt.Println("posting at count", l.Count())
+			return nil
+		}, lockbroker.Wait(5*time.Second))
+	}
+	err = c.WithLock(ctx, "example:ledger:reentrant", func(ctx context.Context, l *lockbroker.Lease) error {
+		fmt.Println("holding at count", l.Count())
+		if err := post(ctx); err != nil { // fn's ctx: re-enters
+			return err
+		}
+		_, err := c.Lock(context.Background(), "example:ledger:reentrant", lockbroker.Wait(0))
+		fmt.Println("another context times out:", errors.Is(err, lockbroker.ErrTimeout))
+		fmt.Println("back at count", l.Count())
+		return nil
+	}, lockbroker.TTL(10*time.Second), lockbroker.Wait(5*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("released")
+	// Output:
+	// holding at count 1
+	// posting at count 2
+	// another context times out: true
+	// back at count 1
+	// released
+}
+
 func ExampleClient_Lock() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -83,8 +126,9 @@ func ExampleClient_Lock() {
 	}
 	fmt.Println("fence:", l.Fence() > 0)
 
-	// Every Lock call has an owner of its own, so a second one waits like
-	// another process would; Wait(0) tries once.
+	// A Lock whose context does not carry the lease (ctx here, not
+	// l.Context()) has an owner of its own, so it waits like another
+	// process would; Wait(0) tries once.
 	_, err = c.Lock(ctx, "example:report", lockbroker.Wait(0))
 	fmt.Println("second try times out:", errors.Is(err, lockbroker.ErrTimeout))
 

@@ -3,7 +3,8 @@ package lockbroker
 // lease.go - Lock, WithLock and the Lease they return.
 //
 // A Lease is made by the reader goroutine when the grant arrives (Client.grant)
-// and is shared by every re-entry of it (WithOwner). Its state goes from
+// and is shared by every re-entry of it (through its scope, scope.go, or
+// WithOwner). Its state goes from
 // held to lost or to released, never back: lose and setCount(0) are the
 // only ways out of held, each guarded by Lease.mu, and the first one wins.
 
@@ -43,8 +44,9 @@ type Lease struct {
 	fence    int64
 	ttl      time.Duration
 	detached bool
+	owner    string // the owner it was acquired under; re-entries use it
 	lost     chan struct{}
-	ctx      context.Context
+	ctx      context.Context // carries the lease as its innermost scope
 	cancel   context.CancelFunc
 
 	mu    sync.Mutex
@@ -60,7 +62,7 @@ func newLease(c *Client, s *session, cl *call, r *reply) *Lease {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithCancel(valuesOnly{parent})
-	return &Lease{
+	l := &Lease{
 		c:        c,
 		token:    r.Lease,
 		name:     r.Lock,
@@ -68,12 +70,14 @@ func newLease(c *Client, s *session, cl *call, r *reply) *Lease {
 		fence:    r.Fence,
 		ttl:      time.Duration(r.TTLMs) * time.Millisecond,
 		detached: cl.detached,
+		owner:    cl.owner,
 		lost:     make(chan struct{}),
-		ctx:      ctx,
 		cancel:   cancel,
 		sess:     s,
 		count:    r.Count,
 	}
+	l.ctx = withScope(ctx, l)
+	return l
 }
 
 // valuesOnly keeps a context's values but not its deadline or cancellation:
@@ -105,6 +109,11 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 // Detached reports whether the lease survives its session (Detach).
 func (l *Lease) Detached() bool { return l.detached }
 
+// Owner is the owner the lease was acquired under: the WithOwner given, else
+// the go-<random>-<n> of the Lock call that took it. Re-entries through the
+// lease's context use it; WithOwner(l.Owner()) re-enters from elsewhere.
+func (l *Lease) Owner() string { return l.owner }
+
 // Count is the reentrancy count as last answered by the broker; 0 once
 // released.
 func (l *Lease) Count() int {
@@ -120,7 +129,10 @@ func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
 // Context is cancelled when the lease ends: lost, released, or its Client
 // closed. It carries the values of the context given to Lock, not its
-// deadline.
+// deadline, and the lease itself: a Lock of the same lock on the same
+// Client with this context (or one derived from it) re-enters the lease
+// instead of waiting for it (see Lock). A re-entered lease keeps the
+// context of the Lock that first took it.
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Err is nil while the lease is held, a *LostError once it is lost
@@ -295,10 +307,26 @@ func (l *Lease) Proclaim(ctx context.Context, value string) (int64, error) {
 }
 
 // Lock acquires the lock name and returns its lease. By default it waits
-// until the lock is granted (see Wait), exclusively (see Shared, Limit),
-// under an owner of its own (see WithOwner). When ctx ends first, Lock
-// cancels the acquire at the broker and returns an error that matches both
-// ErrCancelled and ctx's error; a grant that crossed the cancel is released.
+// until the lock is granted (see Wait), exclusively (see Shared, Limit).
+//
+// Reentrancy follows ctx, Go's scope: when ctx carries a lease of the same
+// lock on this Client (ctx is, or derives from, that lease's Context() or
+// the ctx WithLock passed to fn), Lock re-enters it under its owner and
+// never waits: it returns the same *Lease with Count() one higher, and each
+// level is released by its own Release. If that lease was lost, Lock
+// returns the loss (a *LostError) at once. Any other ctx (one that carries
+// no lease of the lock, such as context.Background()) acquires under an
+// owner of its own: goroutines sharing the Client exclude each other, and
+// so does a goroutine that asks again for a lock it holds with such a ctx
+// (it waits until Wait or ctx ends). WithOwner always wins over the scope.
+// Semaphores (Limit) are never re-entered: each Lock takes a permit of its
+// own. Nor are detached leases (the broker's rule): a Detach Lock of a lock
+// the scope holds, or a Lock of one the scope holds detached, fails at once
+// with ErrConflict rather than wait for itself.
+//
+// When ctx ends first, Lock cancels the acquire at the broker and returns
+// an error that matches both ErrCancelled and ctx's error; a grant that
+// crossed the cancel is released.
 func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Lease, error) {
 	var o lockOptions
 	for _, opt := range opts {
@@ -312,12 +340,31 @@ func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Le
 		WaitMs: o.wait, Watchdog: o.watchdog, Fair: o.fair, Detach: o.detach,
 		MaxHoldMs: o.maxHold, Value: o.value, LockDelay: o.delay,
 	}
-	if o.owner != nil {
+	var up *Lease // the lease of ctx's scope this Lock re-enters
+	var s *session
+	switch {
+	case o.owner != nil:
 		if !utf8.ValidString(*o.owner) {
 			return nil, invalidArg("owner is not valid UTF-8")
 		}
 		req.Owner = *o.owner
-	} else {
+	case o.limit == nil:
+		l, err := c.enclosing(ctx, name)
+		if err != nil {
+			return nil, err // the scope lost it
+		}
+		if l != nil {
+			if o.detach {
+				return nil, noReentry(name)
+			}
+			if s, err = l.reentrySession(); err == nil {
+				up, req.Owner = l, l.owner
+			} else if err != ErrReleased {
+				return nil, err
+			} // released meanwhile: a fresh owner after all
+		}
+	}
+	if o.owner == nil && up == nil {
 		req.Owner = c.newOwner()
 	}
 	body, err := json.Marshal(req)
@@ -327,27 +374,40 @@ func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Le
 	if err := ctx.Err(); err != nil {
 		return nil, &cancelError{lock: name, cause: err}
 	}
-	s, err := c.session(ctx)
-	if err != nil {
-		if ctx.Err() != nil && err == ctx.Err() {
-			return nil, &cancelError{lock: name, cause: err}
+	if s == nil {
+		if s, err = c.session(ctx); err != nil {
+			if ctx.Err() != nil && err == ctx.Err() {
+				return nil, &cancelError{lock: name, cause: err}
+			}
+			return nil, err
+		}
+	}
+	cl := &call{op: "acquire", lock: name, ctx: ctx, detached: o.detach, owner: req.Owner}
+	if err := s.send(cl, body); err != nil {
+		if up != nil {
+			return nil, up.settle(err) // its session ended: the loss
 		}
 		return nil, err
 	}
-	cl := &call{op: "acquire", lock: name, ctx: ctx, detached: o.detach}
-	if err := s.send(cl, body); err != nil {
-		return nil, err
+	var lost <-chan struct{} // nil unless re-entering: never ready
+	if up != nil {
+		lost = up.Lost()
 	}
 	select {
 	case <-cl.done:
-		return cl.lease, cl.err
+		return c.granted(up, cl)
 	case <-ctx.Done():
+	case <-lost:
 	}
 
-	// The context ended while the acquire was pending: cancel it, and wait
-	// a little for its answer so that a grant that crossed the cancel is
-	// given back before Lock returns.
-	cerr := &cancelError{lock: name, cause: ctx.Err()}
+	// The context ended, or the lease this Lock re-enters was lost, while
+	// the acquire was pending: cancel it, and wait a little for its answer
+	// so that a grant that crossed the cancel is given back before Lock
+	// returns. The loss wins over the context (a loss cancels fn's ctx).
+	var cerr error = &cancelError{lock: name, cause: ctx.Err()}
+	if err := scopeLoss(up); err != nil {
+		cerr = err
+	}
 	cbody, _ := json.Marshal(cancelReq{Op: "cancel", Target: cl.id})
 	_ = s.send(&call{op: "cancel"}, cbody)
 	t := time.NewTimer(cancelGrace)
@@ -370,16 +430,39 @@ func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Le
 		cancel()
 		return nil, cerr
 	}
-	if errors.Is(cl.err, ErrCancelled) {
+	if errors.Is(cl.err, ErrCancelled) || errors.Is(cerr, ErrLost) {
 		return nil, cerr
 	}
 	return nil, cl.err
 }
 
+// granted is Lock's answer once its acquire was answered. When it re-entered
+// up and up was lost meanwhile, the answer is the loss: a grant (a lease of
+// its own, given after the loss) is given back. A re-entry answered
+// not_held (the broker found up gone) is that loss too.
+func (c *Client) granted(up *Lease, cl *call) (*Lease, error) {
+	if up == nil {
+		return cl.lease, cl.err
+	}
+	if cl.err != nil {
+		return nil, up.settle(cl.err)
+	}
+	lerr := scopeLoss(up)
+	if lerr == nil {
+		return cl.lease, nil
+	}
+	if cl.lease != up {
+		cl.lease.releaseQuietly()
+	}
+	return nil, lerr
+}
+
 // WithLock runs fn while holding the lock name, and releases it after. fn's
-// context is cancelled when ctx ends or the lease is lost. WithLock returns
-// the loss (a *LostError) if the lease was lost before it was released,
-// whatever fn returned; else fn's error, else the release's.
+// context is cancelled when ctx ends or the lease is lost, and it carries
+// the lease: a Lock or WithLock of the same lock with it re-enters the
+// lease (see Lock), where one with another context would wait for it.
+// WithLock returns the loss (a *LostError) if the lease was lost before it
+// was released, whatever fn returned; else fn's error, else the release's.
 func (c *Client) WithLock(ctx context.Context, name string, fn func(ctx context.Context, l *Lease) error, opts ...LockOption) error {
 	l, err := c.Lock(ctx, name, opts...)
 	if err != nil {
@@ -394,7 +477,7 @@ func (c *Client) WithLock(ctx context.Context, name string, fn func(ctx context.
 		case <-stop:
 		}
 	}()
-	ferr := fn(fctx, l)
+	ferr := fn(withScope(fctx, l), l)
 	close(stop)
 	cancel()
 

@@ -225,10 +225,13 @@ func Fair(on bool) LockOption {
 }
 
 // WithOwner acquires under the given owner (at most 128 bytes) instead of
-// one of its own. Lock calls of one Client with the same owner re-enter
-// each other's locks: the second one returns the same *Lease, its Count one
-// higher, at once. Use it for reentrant code, never to share a lock between
-// goroutines that each believe they hold it alone.
+// the one Lock would choose (the owner of the lease the scope of its
+// context holds, else one of its own): an explicit owner always wins. Lock
+// calls of one Client with the same owner re-enter each other's locks: the
+// second one returns the same *Lease, its Count one higher, at once;
+// WithOwner(l.Owner()) re-enters l from a context that does not carry it.
+// Use it for reentrant code, never to share a lock between goroutines that
+// each believe they hold it alone.
 func WithOwner(owner string) LockOption {
 	return func(o *lockOptions) { o.owner = &owner }
 }

@@ -52,9 +52,11 @@ type call struct {
 	op   string
 	lock string
 
-	// Set for acquire: what the grant needs to make its Lease.
+	// Set for acquire (and acquire_all): what the grant needs to make its
+	// Lease.
 	ctx      context.Context
 	detached bool
+	owner    string
 	// Set for release and extend: the lease concerned.
 	lease *Lease
 
