@@ -5,8 +5,10 @@ package dev.lockbroker;
 // waiting on the same client fails; requests fail fast while it is down;
 // the client reconnects once it is back, and the old token is never sent
 // again: a proxy records every line the client writes), frozen (SIGSTOP:
-// the liveness check gives the session up), and the error codes that need
-// a broker set up for them: limit_exceeded, unavailable, shutting_down.
+// the liveness check gives the session up; issue 26's scenario: with the
+// default options the holder hears of its loss before a waiter on another
+// broker of the same Redis is granted the lock), and the error codes that
+// need a broker set up for them: limit_exceeded, unavailable, shutting_down.
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -17,12 +19,15 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.lockbroker.TestSupport.LoggingProxy;
 import dev.lockbroker.TestSupport.PrivateBroker;
+import dev.lockbroker.TestSupport.PrivateRedis;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestReporter;
 
 class BrokerProcessTest {
     static boolean pings(LockBrokerClient c) {
@@ -202,6 +207,72 @@ class BrokerProcessTest {
                 broker.signal("CONT");
             }
             assertTrue(TestSupport.waitUntil(() -> pings(client), 5000));
+        }
+    }
+
+    /**
+     * Issue 26's scenario, with the default client options (the liveness
+     * check is on by default): holder A on broker 1 and waiter B on broker
+     * 2, both brokers on one redis-server of the test's own; broker 1 is
+     * frozen (SIGSTOP) with its socket open. A must hear of its loss (onLost,
+     * reason "disconnected") within about ttl/3 of the freeze, and before B
+     * is granted the lock, which Redis allows once A's lease runs out there
+     * (about a ttl after the freeze): never two holders.
+     */
+    @Test
+    void frozenBrokersHolderHearsOfItsLossBeforeTheWaiterIsGranted(TestReporter reporter) throws Exception {
+        final long ttlMs = 3000;
+        try (PrivateRedis redis = new PrivateRedis();
+             PrivateBroker broker1 = PrivateBroker.withRedis(redis.url).start();
+             PrivateBroker broker2 = PrivateBroker.withRedis(redis.url).start();
+             LockBrokerClient holder = LockBrokerClient.connect(broker1.url, ClientOptions.defaults());
+             LockBrokerClient waiter = LockBrokerClient.connect(broker2.url, ClientOptions.defaults())) {
+            String name = TestSupport.unique("frozen");
+            AtomicLong lostAt = new AtomicLong();
+            AtomicLong grantedAt = new AtomicLong();
+            AtomicReference<Throwable> waitError = new AtomicReference<>();
+            Lease lease = holder.lock(name, LockOptions.defaults().ttl(Duration.ofMillis(ttlMs))
+                    .waitTime(Duration.ZERO).onLost(l -> lostAt.compareAndSet(0, System.nanoTime())));
+            Thread w = new Thread(() -> {
+                try {
+                    Lease got = waiter.lock(name, LockOptions.defaults().waitTime(Duration.ofSeconds(30)));
+                    grantedAt.set(System.nanoTime());
+                    got.release();
+                } catch (Throwable e) {
+                    waitError.set(e);
+                }
+            }, "frozen-broker-waiter");
+            w.setDaemon(true);
+            w.start();
+            assertTrue(TestSupport.waitUntil(() -> waiter.inspect(name).waiters() == 1, 5000),
+                    "the waiter did not queue on broker 2");
+
+            // A live broker keeps the lease held: the pings are answered.
+            Thread.sleep(ttlMs / 2);
+            assertFalse(lease.isLost(), "lost while broker 1 ran: " + lease.lostReason());
+            assertEquals(0, grantedAt.get(), "the waiter was granted a held lock");
+
+            long stopped = System.nanoTime();
+            broker1.signal("STOP");
+            try {
+                w.join(20000); // the grant comes about a ttl after the freeze
+                TestSupport.waitUntil(() -> lostAt.get() != 0, 1000);
+            } finally {
+                broker1.signal("CONT");
+            }
+            assertEquals(null, waitError.get(), "the waiter failed");
+            assertTrue(grantedAt.get() != 0, "the waiter was not granted within 20 s of the freeze");
+            long grantedMs = TimeUnit.NANOSECONDS.toMillis(grantedAt.get() - stopped);
+            assertTrue(lostAt.get() != 0, "the holder never heard of its loss while broker 1 was frozen"
+                    + " (the waiter was granted " + grantedMs + " ms after the freeze)");
+            long lostMs = TimeUnit.NANOSECONDS.toMillis(lostAt.get() - stopped);
+            reporter.publishEntry("after SIGSTOP", "holder lost at " + lostMs + " ms, waiter granted at "
+                    + grantedMs + " ms (ttl " + ttlMs + " ms)");
+            assertTrue(lostAt.get() < grantedAt.get(), "two holders: the waiter was granted " + grantedMs
+                    + " ms after the freeze, the holder heard of its loss only " + lostMs + " ms after");
+            assertEquals("disconnected", lease.lostReason());
+            // about ttl/3 (1000 ms); the margin is for a loaded 2-core machine
+            assertTrue(lostMs < ttlMs / 3 + 1500, "lost " + lostMs + " ms after the freeze (ttl " + ttlMs + " ms)");
         }
     }
 

@@ -313,6 +313,63 @@ final class TestSupport {
         }
     }
 
+    /**
+     * A redis-server of the test's own on a free port (no persistence), for
+     * brokers that must share a Redis nobody else uses; close() stops it.
+     */
+    static final class PrivateRedis implements AutoCloseable {
+        final int port = freePort();
+        final String url = "redis://127.0.0.1:" + port;
+        private final Process proc;
+
+        PrivateRedis() {
+            env("LOCKBROKER_BIN"); // skipped where the suite's brokers are not ours to add to
+            String tmp = System.getenv("LOCKBROKER_TMP");
+            File dir = new File(tmp != null ? tmp : System.getProperty("java.io.tmpdir"));
+            ProcessBuilder pb = new ProcessBuilder("redis-server", "--port", Integer.toString(port),
+                    "--bind", "127.0.0.1", "--dir", dir.getPath(), "--save", "", "--appendonly", "no",
+                    "--daemonize", "no");
+            pb.redirectOutput(ProcessBuilder.Redirect.appendTo(new File(dir, "java-redis-" + port + ".log")));
+            pb.redirectErrorStream(true);
+            try {
+                proc = pb.start();
+            } catch (IOException e) {
+                throw new AssertionError("start redis-server: " + e, e);
+            }
+            long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (System.nanoTime() < end && proc.isAlive()) {
+                try (Socket s = new Socket()) {
+                    s.connect(new InetSocketAddress("127.0.0.1", port), 300);
+                    try (Resp r = new Resp("127.0.0.1", port)) {
+                        if ("PONG".equals(r.command("PING"))) {
+                            return;
+                        }
+                    }
+                } catch (IOException | AssertionError e) {
+                    // not yet
+                }
+                sleep(20);
+            }
+            close();
+            throw new AssertionError("private redis-server did not start on port " + port);
+        }
+
+        @Override
+        public void close() {
+            if (proc.isAlive()) {
+                proc.destroy();
+                try {
+                    if (!proc.waitFor(5, TimeUnit.SECONDS)) {
+                        proc.destroyForcibly();
+                        proc.waitFor(5, TimeUnit.SECONDS);
+                    }
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+        }
+    }
+
     static void sleep(long ms) {
         try {
             Thread.sleep(ms);
