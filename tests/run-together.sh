@@ -44,6 +44,16 @@ for name in $names; do
 		echo "== $name passed"
 	fi
 done
+# CI shows the tail of the output: name what failed once more, last.
+k=0
+for name in $names; do
+	k=$((k + 1))
+	rc=$(cat "$dir/$k.rc" 2>/dev/null || echo 1)
+	[ "$rc" = 0 ] && continue
+	echo "== $name: what failed"
+	grep -E '\[FAIL\]|Assertion Failed|CRASH|ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error|Synthesis' \
+	    "$dir/$k.log" | tail -n 25
+done
 rm -rf "$dir"
 if [ -n "$failed" ]; then
 	echo "failed:$failed" >&2
