@@ -33,6 +33,7 @@ static struct {
 	char *text; /* the last render, or NULL */
 	size_t len;
 	uint64_t at; /* when it was made (uv_now ms) */
+	uint64_t reuse_ms; /* how long it is reused (UI_STATE_LOOP_SHARE) */
 } R;
 
 void ui_state_start(uv_loop_t *loop)
@@ -421,11 +422,11 @@ static json_t *state_json(void)
 
 const char *ui_state_render(size_t *len)
 {
-	uint64_t now = timers_now();
+	uint64_t now = timers_now(), began = uv_hrtime(), took_ms;
 	json_t *st, *locks;
 	char *s;
 
-	if (R.text && now - R.at < UI_STATE_REUSE_MS) {
+	if (R.text && now - R.at < R.reuse_ms) {
 		*len = R.len;
 		return R.text;
 	}
@@ -450,6 +451,9 @@ const char *ui_state_render(size_t *len)
 	R.text = s;
 	R.len = strlen(s);
 	R.at = now;
+	took_ms = (uv_hrtime() - began) / 1000000;
+	R.reuse_ms = took_ms * UI_STATE_LOOP_SHARE > UI_STATE_REUSE_MS ? took_ms * UI_STATE_LOOP_SHARE
+	                                                                 : UI_STATE_REUSE_MS;
 	REQUIRE(R.len <= UI_STATE_MAX_BYTES);
 	*len = R.len;
 	return R.text;

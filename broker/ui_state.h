@@ -24,8 +24,13 @@
 #define UI_STATE_NAME_BYTES 256
 #define UI_STATE_LABEL_BYTES 128
 #define UI_STATE_MAX_BYTES (256 * 1024)
-/* A render is reused this long: many open pages cost one render. */
+/* A render is reused this long: many open pages cost one render. A
+ * render that took longer than UI_STATE_REUSE_MS / UI_STATE_LOOP_SHARE
+ * (many leases) is reused UI_STATE_LOOP_SHARE times as long as it took,
+ * so that renders, asked for as often as anyone likes, take at most
+ * 1/UI_STATE_LOOP_SHARE of the loop. */
 #define UI_STATE_REUSE_MS 250
+#define UI_STATE_LOOP_SHARE 20
 
 /* Starts the per-second sampling (lockstat_start). */
 void ui_state_start(uv_loop_t *loop);

@@ -20,13 +20,13 @@
 
 #include "broker/base/htab.h"
 #include "broker/base/log.h"
-#include "broker/base/random.h"
 #include "broker/base/shared.h"
 #include "broker/base/timers.h"
 #include "broker/locks/waitq.h"
 #include "protocol/req.h"
 
 #define NBUCKETS 512 /* a power of two, twice the slots */
+#define EVICT_LOOK 8  /* slots a miss on a full table compares */
 
 _Static_assert((NBUCKETS & (NBUCKETS - 1)) == 0, "NBUCKETS is a power of two");
 _Static_assert(LOCKSTAT_SLOTS < 32768, "entry numbers fit an int16_t");
@@ -58,7 +58,9 @@ static struct {
 	entry_t e[LOCKSTAT_SLOTS];
 	int16_t buckets[NBUCKETS];
 	size_t nused;
+	int16_t hand;  /* where the next eviction looks first */
 	unsigned wpos; /* the window slot the next tick fills */
+	uint32_t rng;  /* xorshift32 state of the reservoir (not secret) */
 
 	/* the current second */
 	uint32_t grants, handoffs;
@@ -135,10 +137,17 @@ static entry_t *get(const char *name, size_t len)
 		for (k = 0; S.e[k].used; k++)
 			;
 	} else {
-		int16_t cold = 0;
-		for (k = 1; k < LOCKSTAT_SLOTS; k++)
+		/* The coldest of the next EVICT_LOOK slots past a moving hand:
+		 * a grant that misses a full table costs EVICT_LOOK looks, not
+		 * LOCKSTAT_SLOTS (a workload of many more names than slots
+		 * misses on almost every grant). */
+		int16_t cold = S.hand;
+		for (int i = 1; i < EVICT_LOOK; i++) {
+			k = (int16_t)((S.hand + i) % LOCKSTAT_SLOTS);
 			if (colder(&S.e[k], &S.e[cold]))
 				cold = k;
+		}
+		S.hand = (int16_t)((S.hand + EVICT_LOOK) % LOCKSTAT_SLOTS);
 		k = cold;
 		unlink_entry(k);
 	}
@@ -180,7 +189,13 @@ static void handoff(uint64_t ms)
 		S.lat[S.lat_n++] = v;
 	} else {
 		/* Reservoir: each of this second's handoffs is kept alike. */
-		uint32_t r = random_below(S.handoffs);
+		uint32_t r;
+		if (S.rng == 0)
+			S.rng = 0x9e3779b9u;
+		S.rng ^= S.rng << 13;
+		S.rng ^= S.rng >> 17;
+		S.rng ^= S.rng << 5;
+		r = S.rng % S.handoffs;
 		if (r < LOCKSTAT_LAT_KEPT)
 			S.lat[r] = v;
 	}
@@ -217,9 +232,12 @@ void lockstat_wake(const char *lock, size_t len)
 {
 	entry_t *e;
 
-	if (!S.on)
+	if (!S.on || len == 0 || len > REQ_LOCK_MAX_BYTES)
 		return;
-	e = get(lock, len);
+	/* Only a lock the table keeps (one granted lately): wake-ups alone
+	 * would push out the entries whose grants are to come. */
+	buckets_init();
+	e = find(lock, len, htab_hash(HTAB_HASH_INIT, lock, len));
 	if (e)
 		e->woken_at = timers_now();
 }
@@ -253,16 +271,21 @@ static void push(const lockstat_sample_t *s)
 		S.rcount++;
 }
 
-static void roll_window(void)
+/* The window moves a second on: the current second's grants go into it,
+ * or none (empty: a second a late sampler missed; its grants stay in cur
+ * for the newest second). */
+static void roll_window(bool empty)
 {
 	for (size_t k = 0; k < LOCKSTAT_SLOTS; k++) {
 		entry_t *e = &S.e[k];
+		uint32_t v = empty ? 0 : e->cur;
 		if (!e->used)
 			continue;
 		e->wsum -= e->window[S.wpos];
-		e->window[S.wpos] = e->cur;
-		e->wsum += e->cur;
-		e->cur = 0;
+		e->window[S.wpos] = v;
+		e->wsum += v;
+		if (!empty)
+			e->cur = 0;
 	}
 	S.wpos = (S.wpos + 1) % LOCKSTAT_WINDOW_S;
 }
@@ -292,10 +315,10 @@ void lockstat_tick(void)
 	for (uint64_t k = 1; k < elapsed; k++) {
 		lockstat_sample_t gap = {.leases = s.leases, .waiters = s.waiters};
 		push(&gap);
-		roll_window();
+		roll_window(true);
 	}
 	push(&s);
-	roll_window();
+	roll_window(false);
 	S.grants = S.handoffs = 0;
 	S.lat_sum = S.lat_max = 0;
 	S.lat_n = 0;
