@@ -942,11 +942,12 @@ static bool probe_ready(lb_broker *b)
     if (r && lb_is_ok(r)) {
         json_t *redis = json_object_get(r, "redis");
         ready = !b->wait_redis || (json_is_string(redis) && strcmp(json_string_value(redis), "up") == 0);
-        /* Redlock: "up" is a quorum of masters. A test means all of them
-         * (each master's copy of the first lock), so it waits for the
-         * rest a while too; a master the test left down is waited for
-         * REDLOCK_ALL_UP_MS, no more. */
-        if (ready && b->redlock && b->wait_redis && lb_now_ms() - b->spawned_ms < REDLOCK_ALL_UP_MS) {
+        /* Redlock: "up" is a quorum of masters; Redis Cluster: some
+         * master. A test means all of them (each master's copy of the
+         * first lock; the master of whichever slot it uses), so it waits
+         * for the rest a while too; a master the test left down is
+         * waited for REDLOCK_ALL_UP_MS, no more. */
+        if (ready && b->wait_redis && lb_now_ms() - b->spawned_ms < REDLOCK_ALL_UP_MS) {
             json_t *ms = json_object_get(r, "redis_masters");
             size_t k;
             json_t *m;
