@@ -596,8 +596,17 @@ static bool arm(struct ccall *cc)
 	cc->redirects++;
 	cc->backoff_ms = cc->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : cc->backoff_ms * 2;
 	if (!cc->in_later) {
+		/* An earlier call of its lock waits already: it goes right
+		 * behind that one, not on a backoff of its own (a shorter one
+		 * would let it pass: an acquire overtaking the release it
+		 * followed, both bounced by a slot move). */
+		bool behind = C.nlater > 0 && later_has_route(cc->route);
 		later_append(cc);
 		cc->in_later = true;
+		if (behind) {
+			cc->parked = true;
+			return true;
+		}
 	}
 	cc->parked = false;
 	timer_at(&cc->later, at);

@@ -80,6 +80,86 @@ CL_TEST(cluster_order, a_release_redirected_by_a_move_keeps_its_place, 90)
 	lb_end();
 }
 
+/* The same with ASK (issue 26, point 7): the lock's slot is held open
+ * mid-move, its keys already on the target, so the source answers ASK for
+ * them; a lock script runs on neither side then (Redis 7: with ASKING the
+ * target answers TRYAGAIN while any of the lock's keys is missing), so the
+ * release goes round, ASK then TRYAGAIN, on its growing backoff. The
+ * holder's acquire of the lock (another owner), sent once the release's
+ * backoff is at its longest, must still run after it when the move is
+ * over. Before the fix the acquire, parked behind the release and sent
+ * with it, went round on its own backoff from 10 ms again, ran first after
+ * the move and found the lock busy. Then the same pair once more after the
+ * move (the broker's map still names the source: MOVED). */
+CL_TEST(cluster_order, a_release_redirected_by_ask_keeps_its_place, 90)
+{
+	int m[CL_MASTERS];
+	char lock[32];
+
+	cl_masters(m);
+	int slot = cl_lock_name(0, 0, lock, sizeof(lock));
+	lb_broker *b = lb_broker_start_url(cl_seed_url(), NULL);
+	lb_client *c = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_UNIX);
+	json_t *g1 = lb_acq_call(c, lock, LB_AO(.wait_ms = 0, .ttl_ms = 30000, .owner = "first"),
+	                         10000);
+	lb_expect_ok(g1);
+	cr_assert_eq(lb_int(g1, "count"), 1, "%s", lb_dump(g1));
+	json_int_t redirects = cl_stats_redirects(lb_stats(o));
+
+	cr_assert_eq(cl_move_slot_begin(slot, m[1]), m[0]);
+	cr_assert_gt(cl_move_slot_keys(slot, -1), 0, "the lock's keys were not on its master");
+	redisReply *r = cl_node_cmd(m[0], "EXISTS lb:{%s}", lock);
+	cr_assert(r->type == REDIS_REPLY_ERROR && strncmp(r->str, "ASK ", 4) == 0,
+	          "the source does not answer ASK for the lock's keys: %s",
+	          r->str ? r->str : "(not an error)");
+
+	int64_t t0 = lb_now_ms();
+	json_t *rid = lb_send_req(c, "{s:s, s:s}", "op", "release", "lease", lb_str(g1, "lease"));
+	lb_sleep_ms(600); /* its backoff is at its longest */
+	json_t *aid = lb_acq_send(c, lock, LB_AO(.wait_ms = 0, .ttl_ms = 30000, .owner = "second"));
+	lb_sleep_ms(150); /* and the acquire has gone round, too */
+	json_int_t asked = cl_stats_redirects(lb_stats(o)) - redirects;
+	cr_assert_gt(asked, 0, "the broker met no ASK");
+	cl_move_slot_end(slot);
+	int64_t moved = lb_now_ms() - t0;
+
+	json_t *rel = lb_wait_response(c, rid, 10000), *g = lb_wait_response(c, aid, 10000);
+	fprintf(stderr, "cluster_order: slot %d open %lld ms, %lld redirects: release %s, then "
+	                "acquire %s\n",
+	        slot, (long long)moved, (long long)asked, lb_dump(rel), lb_dump(g));
+	lb_expect_ok(rel);
+	cr_assert_eq(lb_int(rel, "count"), 0, "%s", lb_dump(rel));
+	cr_assert(lb_is_ok(g), "the acquire sent after the release ran first, found the lock busy: "
+	                       "%s", lb_dump(g));
+	cr_assert_eq(lb_int(g, "count"), 1, "%s", lb_dump(g));
+	cr_assert_gt(lb_int(g, "fence"), lb_int(g1, "fence"), "%s", lb_dump(g));
+	json_t *in = lb_inspect(o, lock);
+	cr_assert_eq(lb_nholders(in), 1, "%s", lb_dump(in));
+	cr_assert_str_eq(lb_str(in, "state"), "exclusive", "%s", lb_dump(in));
+	json_t *h = json_array_get(lb_get(in, "holders"), 0);
+	cr_assert_str_eq(lb_str(h, "owner"), "second", "%s", lb_dump(in));
+	cr_assert_eq(lb_int(h, "count"), 1, "%s", lb_dump(in));
+	cr_assert_eq(cl_lock_exists(m[1], lock), 1, "the lock is not on its new master");
+
+	/* Moved: the same pair again, on the new master. */
+	rid = lb_send_req(c, "{s:s, s:s}", "op", "release", "lease", lb_str(g, "lease"));
+	aid = lb_acq_send(c, lock, LB_AO(.wait_ms = 0, .ttl_ms = 30000, .owner = "third"));
+	rel = lb_wait_response(c, rid, 10000);
+	json_t *g3 = lb_wait_response(c, aid, 10000);
+	lb_expect_ok(rel);
+	lb_expect_ok(g3);
+	cr_assert_eq(lb_int(rel, "count"), 0, "%s, %s", lb_dump(rel), lb_dump(g3));
+	cr_assert_eq(lb_int(g3, "count"), 1, "%s", lb_dump(g3));
+	in = lb_inspect(o, lock);
+	cr_assert_eq(lb_nholders(in), 1, "%s", lb_dump(in));
+	h = json_array_get(lb_get(in, "holders"), 0);
+	cr_assert_str_eq(lb_str(h, "owner"), "third", "%s", lb_dump(in));
+	cr_assert_eq(lb_int(h, "count"), 1, "%s", lb_dump(in));
+	cr_assert_eq(lb_release(c, lb_str(g3, "lease")), 0);
+	lb_expect_free(o, lock);
+	lb_end();
+}
+
 /* A grant from a master a failover demoted (issue 26, point 2): the
  * master sleeps (DEBUG SLEEP, shorter than the node timeout) with a try on
  * it; its replica takes over meanwhile (CLUSTER FAILOVER TAKEOVER) and the
