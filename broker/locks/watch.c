@@ -264,7 +264,9 @@ static void on_read(const redisReply *r, void *priv)
 		    store_reply_failed(r) ? (r ? r->str : "no reply") : "unexpected reply");
 		timer_at(&wd->timer, timers_now() + WATCH_SAFETY_MS);
 		fail_waiting(wd, serial, store_reply_failed(r) ? LB_E_UNAVAILABLE : LB_E_INTERNAL,
-		             store_reply_failed(r) ? "Redis is not reachable" : "unexpected reply from Redis");
+		             !r ? "Redis is not reachable"
+		             : store_reply_failed(r) ? "Redis answered the read with an error"
+		                                     : "unexpected reply from Redis");
 		return; /* wd may be gone */
 	}
 	in.lock = (lb_str_t){wd->name, wd->len};
