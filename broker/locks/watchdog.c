@@ -85,6 +85,16 @@ void watchdog_schedule(lease_t *l, uint64_t sent_at)
 		timer_at(&l->tick, l->expires_at); /* nothing left to renew */
 }
 
+/* Every level of l is on its way out (releases sent, not answered): a
+ * check or renewal that finds it gone may have run behind the release on
+ * some master (Redlock merges masters' answers, so a quorum of "gone" can
+ * come before the release's own quorum). The release's reply tells what
+ * happened: released, or lost (gone) and not_held. */
+static bool ending(const lease_t *l)
+{
+	return l->releasing > 0 && l->count + l->reentering - l->releasing <= 0;
+}
+
 static void on_renewed(const redisReply *reply, void *priv)
 {
 	struct renewal *r = priv;
@@ -107,7 +117,8 @@ static void on_renewed(const redisReply *reply, void *priv)
 		goto out;
 	}
 	if (reply->element[0]->integer < 0) {
-		lease_lost(l, "gone");
+		if (!ending(l))
+			lease_lost(l, "gone");
 		goto out;
 	}
 	if (!store_replicated()) {
@@ -199,9 +210,11 @@ static void on_verified(const redisReply *reply, void *priv)
 	    reply->elements == 2 && reply->element[0]->type == REDIS_REPLY_INTEGER &&
 	    reply->element[1]->type == REDIS_REPLY_INTEGER) {
 		if (reply->element[0]->integer < 0) {
-			if (failover)
-				server.stats.failover_lost_total++;
-			lease_lost(l, "gone");
+			if (!ending(l)) {
+				if (failover)
+					server.stats.failover_lost_total++;
+				lease_lost(l, "gone");
+			}
 		} else {
 			watchdog_confirmed(l, r->sent_at, reply->element[0]->integer,
 			                reply->element[1]->integer);
