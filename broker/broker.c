@@ -51,12 +51,14 @@ static struct {
 static void on_flush_prepare(uv_prepare_t *h)
 {
 	(void)h;
+	store_flush();
 	session_flush_dirty();
 }
 
 static void on_flush_check(uv_check_t *h)
 {
 	(void)h;
+	store_flush();
 	session_flush_dirty();
 }
 

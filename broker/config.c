@@ -69,6 +69,7 @@ enum opt_id {
 	OPT_METRICS,
 	OPT_SHUTDOWN_GRACE_MS,
 	OPT_CANARY_INTERVAL_MS,
+	OPT_REDIS_BATCH_MAX,
 	OPT_MAX_CONNECTIONS,
 	OPT_MAX_LEASES_PER_SESSION,
 	OPT_MAX_INFLIGHT,
@@ -169,6 +170,10 @@ static const struct option_def options[] = {
 	 "checked: a data loss (a flush, a restart empty,\n"
 	 "a failover that lost writes) is reported within\n"
 	 "this plus a round trip, 10..60000 (default: 250)"},
+	{"redis-batch-max", OPT_REDIS_BATCH_MAX, T_INT, true, 0, 1024, "N",
+	 "lock calls one Redis connection sends as one\n"
+	 "script call when they leave in one loop turn;\n"
+	 "0 or 1: each alone, 0..1024 (default: 64)"},
 	{"max-connections", OPT_MAX_CONNECTIONS, T_INT, true, 1, 1000000, "N",
 	 "client connections at once, 1..1000000\n"
 	 "(default: 10000)"},
@@ -396,6 +401,7 @@ static int set_int(struct loader *l, const struct option_def *o, int64_t v, cons
 	case OPT_MAX_LINE: cfg->max_line = (size_t)v; break;
 	case OPT_SHUTDOWN_GRACE_MS: cfg->shutdown_grace_ms = v; break;
 	case OPT_CANARY_INTERVAL_MS: cfg->canary_interval_ms = v; break;
+	case OPT_REDIS_BATCH_MAX: cfg->redis_batch_max = (int)v; break;
 	case OPT_MAX_CONNECTIONS: cfg->max_connections = v; break;
 	case OPT_MAX_LEASES_PER_SESSION: cfg->max_leases_per_session = v; break;
 	case OPT_MAX_INFLIGHT: cfg->max_inflight = v; break;
@@ -708,6 +714,7 @@ static void set_defaults(lb_config_t *cfg)
 	cfg->log_level = LOG_INFO;
 	cfg->shutdown_grace_ms = 5000;
 	cfg->canary_interval_ms = 250;
+	cfg->redis_batch_max = 64;
 	cfg->max_connections = 10000;
 	cfg->max_leases_per_session = 10000;
 	cfg->max_inflight = 1024;

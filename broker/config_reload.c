@@ -94,6 +94,7 @@ void config_apply_reload(lb_config_t *live, lb_config_t *fresh, char *restart, s
 	NEEDS_RESTART(live->redis_wait_ms != fresh->redis_wait_ms, "redis-wait-ms");
 	NEEDS_RESTART(strcmp(live->prefix, fresh->prefix) != 0, "prefix");
 	NEEDS_RESTART(live->pool != fresh->pool, "pool");
+	NEEDS_RESTART(live->redis_batch_max != fresh->redis_batch_max, "redis-batch-max");
 	NEEDS_RESTART(live->socket_mode != fresh->socket_mode, "socket-mode");
 	NEEDS_RESTART(live->has_metrics != fresh->has_metrics ||
 	                  (live->has_metrics && (live->metrics.port != fresh->metrics.port ||

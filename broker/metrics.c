@@ -176,6 +176,9 @@ static char *render(size_t *len)
 	put(&t, "lockbroker_renewals_total{result=\"ok\"} %llu\n", (unsigned long long)counters.renewals_ok);
 	put(&t, "lockbroker_renewals_total{result=\"failed\"} %llu\n", (unsigned long long)counters.renewals_failed);
 	put_histogram(&t, "lockbroker_redis_rtt_seconds", "Round trip of Redis commands.", &counters.rtt, counters_rtt_bounds);
+	put_histogram(&t, "lockbroker_redis_batch_calls",
+	              "Lock calls per script call sent to Redis (1: alone; more: a batch, --redis-batch-max).",
+	              &counters.batch, counters_batch_bounds);
 	put_histogram(&t, "lockbroker_acquire_wait_seconds", "Time from an acquire request to its answer.",
 	              &counters.wait, counters_wait_bounds);
 	metric(&t, "lockbroker_grants_total", "counter",

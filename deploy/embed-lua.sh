@@ -10,7 +10,28 @@
 #        embed-lua.sh --text PRELUDE.lua lua/a.lua   (the assembled script)
 set -eu
 
-assemble() { # PRELUDE SCRIPT
+# A script with a line "--@scripts" (lua/batch.lua) gets no prelude: that
+# line becomes every other script of SCRIPTS..., each assembled whole as
+# a function of its own KEYS and ARGV: S['name'] = function(KEYS, ARGV)
+# ... end.
+assemble() { # PRELUDE SCRIPT [SCRIPTS...]
+	if grep -qx -- '--@scripts' "$2"; then
+		p=$1; b=$2; shift 2
+		while IFS= read -r line; do
+			if [ "$line" != "--@scripts" ]; then
+				printf '%s\n' "$line"
+				continue
+			fi
+			for f in "$@"; do
+				[ "$f" = "$b" ] && continue
+				grep -qx -- '--@scripts' "$f" && continue
+				printf "S['%s'] = function(KEYS, ARGV)\n" "$(basename "$f" .lua)"
+				assemble "$p" "$f"
+				printf 'end\n'
+			done
+		done < "$b"
+		return 0
+	fi
 	if grep -qx -- '--@prelude' "$2"; then
 		awk -v p="$1" '$0 == "--@prelude" { while ((getline l < p) > 0) print l; next } { print }' "$2"
 	else
@@ -19,7 +40,7 @@ assemble() { # PRELUDE SCRIPT
 }
 
 if [ "$1" = "--text" ]; then
-	assemble "$2" "$3"
+	assemble "$2" "$3" "$(dirname "$3")"/*.lua
 	exit 0
 fi
 out=$1; prelude=$2; shift 2
@@ -31,7 +52,7 @@ tmp="$out.tmp"
 	for f in "$@"; do
 		name=$(basename "$f" .lua)
 		echo "static const unsigned char lua_$name[] = {"
-		assemble "$prelude" "$f" | xxd -i
+		assemble "$prelude" "$f" "$@" | xxd -i
 		echo "};"
 	done
 	echo "const struct script_src script_sources[] = {"

@@ -52,3 +52,10 @@ void counters_redis_rtt(uint64_t ns)
 {
 	observe(&counters.rtt, counters_rtt_bounds, (double)ns / 1e9);
 }
+
+const double counters_batch_bounds[COUNTERS_NBOUNDS] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128};
+
+void counters_redis_batch(unsigned n)
+{
+	observe(&counters.batch, counters_batch_bounds, (double)n);
+}

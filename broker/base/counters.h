@@ -27,11 +27,14 @@ typedef struct counters {
 	uint64_t renewals_ok, renewals_failed;
 	histogram_t rtt;  /* seconds, bounds counters_rtt_bounds */
 	histogram_t wait; /* seconds, bounds counters_wait_bounds */
+	histogram_t batch; /* lock calls per Redis script call, bounds
+	                    * counters_batch_bounds (1: a call alone) */
 } counters_t;
 
 extern counters_t counters;
 extern const double counters_rtt_bounds[COUNTERS_NBOUNDS];
 extern const double counters_wait_bounds[COUNTERS_NBOUNDS];
+extern const double counters_batch_bounds[COUNTERS_NBOUNDS];
 extern const char *const counters_lost_reasons[COUNTERS_NLOST];
 
 /* An acquire was answered: 0 for ok or its error code (protocol/errors.h);
@@ -43,5 +46,7 @@ void counters_lost(const char *reason);
 void counters_renewal(bool ok);
 /* One Redis command's round trip. */
 void counters_redis_rtt(uint64_t ns);
+/* One script call went to Redis carrying n lock calls (a batch, or 1). */
+void counters_redis_batch(unsigned n);
 
 #endif

@@ -51,6 +51,9 @@ typedef struct lb_config {
 	                             * master's canary key is checked (a data
 	                             * loss is noticed within it plus a round
 	                             * trip); live on SIGHUP */
+	int redis_batch_max;        /* 0..1024, default 64: lock calls one
+	                             * Redis connection sends as one script
+	                             * call (lua/batch.lua); 0 or 1: none */
 
 	/* Bounds that are not flags in DESIGN.md but may be set in the file. */
 	int64_t max_connections;        /* default 10000 */

@@ -1081,6 +1081,7 @@ static void redlock_start(uv_loop_t *loop, const lb_config_t *cfg, const store_e
 	cb = (rpool_callbacks_t){
 		.on_up = on_pool_up,
 		.on_data_loss = on_pool_loss,
+		.batch_max = cfg->redis_batch_max,
 	};
 	for (int i = 0; i < R.n; i++) {
 		int n;

@@ -92,6 +92,8 @@ static void rehome(rconn_t *c)
 	c->reloading = false;
 	while ((cmd = rp_list_pop(&c->redo)) != NULL)
 		rp_dispatch(cmd);
+	while ((cmd = rp_list_pop(&c->outq)) != NULL)
+		rp_dispatch(cmd); /* queued, never sent */
 	while ((cmd = rp_list_pop(&c->held)) != NULL)
 		rp_dispatch(cmd);
 }
@@ -573,6 +575,7 @@ rpool_t *rpool_new(uv_loop_t *loop, const redis_addr_t *addr, int n, const char 
 	pool->on_lost = cb->on_lost;
 	pool->require_master = cb->require_master;
 	pool->cmd_timeout_ms = COMMAND_TIMEOUT_MS;
+	pool->batch_max = cb->batch_max;
 	if (cb->wait_replicas > 0) {
 		char n[16], t[24];
 		int nl = snprintf(n, sizeof(n), "%d", cb->wait_replicas);
@@ -649,6 +652,12 @@ void rpool_close(rpool_t *pool)
 {
 	rcmd_t *cmd;
 
+	/* What this turn queued goes before the goodbye (Redis answers it
+	 * before the connection closes). */
+	for (int k = 0; k < pool->n; k++)
+		if (pool->conns[k].outq.head)
+			rp_flush_conn(&pool->conns[k]);
+	rp_undirty(pool);
 	pool->closing = true;
 	pool->checking = false;
 	timer_cancel(&pool->check_timer);
@@ -756,6 +765,7 @@ void rpool_free(rpool_t *pool)
 	if (!pool)
 		return;
 	FAILS_ASSERT(pool->pins.count == 0); /* each goes with its last command */
+	rp_undirty(pool);
 	htab_free(&pool->pins);
 	free(pool->channel);
 	free(pool->name);

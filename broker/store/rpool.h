@@ -70,6 +70,11 @@ typedef struct rpool_callbacks {
 	 * (0: never), on the same connection: see rpool_replicated. */
 	int wait_replicas;
 	int64_t wait_ms;
+	/* The calls one connection gets in one loop turn leave, at
+	 * rpool_flush, as one script call (lua/batch.lua) of up to this many;
+	 * 0 or 1: each alone, at once. Each call of a batch is answered,
+	 * sent again and failed as it would be alone (rpool_cmd.c). */
+	int batch_max;
 } rpool_callbacks_t;
 
 /* Starts connecting n command connections to addr (which must outlive the
@@ -161,6 +166,11 @@ bool rpool_replicated(void);
  * script may find its own effect (a holder it released already). */
 bool rpool_replayed(void);
 
+
+/* Sends what the pools' connections queued in this loop turn (see
+ * batch_max): the broker calls it once the turn's callbacks ran, before
+ * the loop blocks again. */
+void rpool_flush(void);
 
 /* FNV-1a of a lock name: the route of its commands. */
 uint32_t rpool_route(const char *name, size_t len);

@@ -31,6 +31,21 @@
  * connection once that one is back; on a connection that was reloading,
  * it keeps its place among the commands kept there. A pin whose
  * connection is lost moves with its commands, which are sent again first.
+ *
+ * Batches (batch_max > 1): a connection queues what it is given (outq)
+ * and rpool_flush, once the loop turn's callbacks ran, sends the queue:
+ * one call alone as before; two or more as one EVALSHA of lua/batch.lua
+ * (at most batch_max each), which runs them in order, each as its own
+ * script would, and answers each. Nothing waits to fill a batch: a call
+ * leaves in the turn it was made, as it did when written at once (hiredis
+ * writes in the loop's next poll either way). Each call of a batch is
+ * then handled as if its reply had come alone: an element of the reply is
+ * its reply; a reply for the whole batch (lost, NOSCRIPT, READONLY, any
+ * error) is each one's, so a lost batch resends the calls that may be
+ * resent and fails the rest, and a NOSCRIPT keeps them all, in order, for
+ * after the reload. A WAIT goes behind the batch when a call of it wants
+ * one; those calls' replies wait for it. ASKING (Redis Cluster) goes
+ * before a call alone, never a batch.
  */
 #include "broker/store/redis_uv.h"
 #include "broker/store/rpool.h"
@@ -56,6 +71,20 @@ static struct {
 static void on_reply(redisAsyncContext *ac, void *r, void *priv);
 static void on_wait_reply(redisAsyncContext *ac, void *r, void *priv);
 static void reload_when_quiet(rconn_t *c);
+static void on_give_up(timer_ent_t *t);
+static char *put_uint(char *p, size_t v);
+static char *put_bulk(char *p, const char *s, size_t len);
+
+/* Pools with queued calls (rpool_flush). */
+static rpool_t *dirty_pools;
+
+#define BAD_BATCH "ERR a batch was answered with something else than its calls' replies"
+/* A reply for a batch that is not one: each call of it fails with it. */
+static const redisReply bad_batch_reply = {
+	.type = REDIS_REPLY_ERROR,
+	.str = (char *)BAD_BATCH,
+	.len = sizeof(BAD_BATCH) - 1,
+};
 
 /* The WAIT sent behind cmd answers nobody now: cmd goes another way. */
 static void wait_detach(rcmd_t *cmd)
@@ -264,15 +293,15 @@ static void put_floor(char *at, int64_t floor)
 	}
 }
 
-static int conn_send(rconn_t *c, rcmd_t *cmd)
+/* Writes cmd (a call or a batch) to c's hiredis context: 0, or -1 when
+ * hiredis takes nothing more on it. */
+static int conn_write(rconn_t *c, rcmd_t *cmd)
 {
 	rpool_t *pool = c->pool;
 
-	if (c->reloading) {
-		rp_list_push(&c->held, cmd);
-		return 0;
-	}
 	cmd->sent_ns = uv_hrtime();
+	for (int i = 0; i < cmd->nsub; i++)
+		cmd->sub[i]->sent_ns = cmd->sent_ns;
 	if (cmd->floor_off)
 		put_floor(cmd->resp + cmd->floor_off, server.fence_high);
 	if (cmd->asking) {
@@ -304,6 +333,186 @@ static int conn_send(rconn_t *c, rcmd_t *cmd)
 	return 0;
 }
 
+static void mark_dirty(rpool_t *pool)
+{
+	if (pool->dirty)
+		return;
+	pool->dirty = true;
+	pool->next_dirty = dirty_pools;
+	dirty_pools = pool;
+}
+
+void rp_undirty(rpool_t *pool)
+{
+	for (rpool_t **pp = &dirty_pools; *pp; pp = &(*pp)->next_dirty) {
+		if (*pp == pool) {
+			*pp = pool->next_dirty;
+			break;
+		}
+	}
+	pool->dirty = false;
+	pool->next_dirty = NULL;
+}
+
+/* cmd goes out on c: held while c reloads its scripts; queued for
+ * rpool_flush when the pool batches; else written now. 0, or -1 when
+ * hiredis took nothing. */
+static int conn_send(rconn_t *c, rcmd_t *cmd)
+{
+	if (c->reloading) {
+		rp_list_push(&c->held, cmd);
+		return 0;
+	}
+	if (c->pool->batch_max < 2)
+		return conn_write(c, cmd);
+	rp_list_push(&c->outq, cmd);
+	mark_dirty(c->pool);
+	return 0;
+}
+
+/* cmd could not go out on the connection it was given (hiredis refused
+ * it, or the connection was lost before the flush): it did not run. */
+static void send_failed(rcmd_t *cmd)
+{
+	rpool_t *pool = cmd->pool;
+
+	unpin(cmd);
+	if (!pool->closing && cmd->retry_until > timers_now())
+		wait_for_conn(pool, cmd);
+	else
+		rp_deliver(cmd, NULL);
+}
+
+/* The batch of the n calls at the head of c's queue, in order. */
+static rcmd_t *batch_make(rconn_t *c, int n)
+{
+	rpool_t *pool = c->pool;
+	size_t total = 0, nkeys = 0, nbulks = 4;
+	rcmd_t *b, *k;
+	char *p, num[24];
+	int i = 0;
+
+	for (k = c->outq.head; i < n; k = k->next, i++) {
+		total += k->len - k->keys_off + 3 * 25 + 16;
+		nkeys += k->nkeys;
+		nbulks += (size_t)k->nkeys + 3 + k->nargs;
+	}
+	total += 24 + 5 * 25 + 7 + 40 + 1;
+	b = xcalloc(1, sizeof(*b) + total);
+	b->pool = pool;
+	b->script = SCRIPT_BATCH;
+	timer_init(&b->give_up, on_give_up);
+	b->sub = xmalloc((size_t)n * sizeof(*b->sub));
+	b->nsub = n;
+	for (i = 0; i < n; i++) {
+		rcmd_t *cmd = rp_list_pop(&c->outq);
+		b->sub[i] = cmd;
+		if (cmd->floor_off)
+			put_floor(cmd->resp + cmd->floor_off, server.fence_high);
+		if (cmd->wait)
+			b->wait = true;
+	}
+	p = b->resp;
+	*p++ = '*';
+	p = put_uint(p, nbulks);
+	*p++ = '\r';
+	*p++ = '\n';
+	p = put_bulk(p, "EVALSHA", 7);
+	p = put_bulk(p, rp_sha[SCRIPT_BATCH], 40);
+	p = put_bulk(p, num, (size_t)(put_uint(num, nkeys) - num));
+	for (i = 0; i < n; i++) {
+		rcmd_t *cmd = b->sub[i];
+		memcpy(p, cmd->resp + cmd->keys_off, cmd->args_off - cmd->keys_off);
+		p += cmd->args_off - cmd->keys_off;
+	}
+	p = put_bulk(p, num, (size_t)(put_uint(num, (size_t)n) - num));
+	for (i = 0; i < n; i++) {
+		rcmd_t *cmd = b->sub[i];
+		const char *name = script_get(cmd->script)->name;
+		p = put_bulk(p, name, strlen(name));
+		p = put_bulk(p, num, (size_t)(put_uint(num, cmd->nkeys) - num));
+		p = put_bulk(p, num, (size_t)(put_uint(num, cmd->nargs) - num));
+		memcpy(p, cmd->resp + cmd->args_off, cmd->len - cmd->args_off);
+		p += cmd->len - cmd->args_off;
+	}
+	b->len = (size_t)(p - b->resp);
+	*p = '\0';
+	REQUIRE(b->len < total);
+	counters_redis_batch((unsigned)n);
+	return b;
+}
+
+static void batch_free(rcmd_t *b)
+{
+	free(b->sub);
+	free(b);
+}
+
+/* The calls at the head of c's queue that may go in one batch (none
+ * with ASKING, which must go right before its call alone). */
+static int batch_run(const rconn_t *c)
+{
+	int n = 0;
+
+	if (!rp_sha[SCRIPT_BATCH][0])
+		return 0;
+	for (const rcmd_t *k = c->outq.head; k && n < c->pool->batch_max; k = k->next, n++) {
+		if (k->asking)
+			break;
+	}
+	return n;
+}
+
+void rp_flush_conn(rconn_t *c)
+{
+	rcmd_t *cmd;
+
+	while (c->outq.head) {
+		int n;
+		if (c->reloading) {
+			/* Behind what answered NOSCRIPT, ahead of what came later. */
+			cmdlist_t later = c->held;
+			c->held = c->outq;
+			c->outq = (cmdlist_t){NULL, NULL};
+			while ((cmd = rp_list_pop(&later)) != NULL)
+				rp_list_push(&c->held, cmd);
+			return;
+		}
+		if (!rp_usable(c)) {
+			while ((cmd = rp_list_pop(&c->outq)) != NULL)
+				send_failed(cmd);
+			return;
+		}
+		n = batch_run(c);
+		if (n < 2) {
+			cmd = rp_list_pop(&c->outq);
+			counters_redis_batch(1);
+			if (conn_write(c, cmd) < 0)
+				send_failed(cmd);
+			continue;
+		}
+		cmd = batch_make(c, n);
+		if (conn_write(c, cmd) < 0) {
+			for (int i = 0; i < cmd->nsub; i++)
+				send_failed(cmd->sub[i]);
+			batch_free(cmd);
+		}
+	}
+}
+
+void rpool_flush(void)
+{
+	while (dirty_pools) {
+		rpool_t *pool = dirty_pools;
+		dirty_pools = pool->next_dirty;
+		pool->dirty = false;
+		pool->next_dirty = NULL;
+		for (int k = 0; k < pool->n; k++)
+			if (pool->conns[k].outq.head)
+				rp_flush_conn(&pool->conns[k]);
+	}
+}
+
 static void on_wait_reply(redisAsyncContext *ac, void *r, void *priv)
 {
 	redisReply *reply = r;
@@ -319,6 +528,26 @@ static void on_wait_reply(redisAsyncContext *ac, void *r, void *priv)
 	if (!cmd)
 		return; /* its command went another way */
 	cmd->wref = NULL;
+	if (cmd->sub) {
+		/* A batch: its calls that wanted the WAIT hear it now. */
+		for (int i = 0; i < cmd->nsub; i++) {
+			rcmd_t *k = cmd->sub[i];
+			if (!k)
+				continue;
+			if (reply && reply->type == REDIS_REPLY_INTEGER &&
+			    reply->integer >= c->pool->wait_replicas)
+				rp_deliver(k, k->held);
+			else
+				deliver_unacked(k, k->held,
+				                !reply ? "connection lost before WAIT answered"
+				                : reply->type == REDIS_REPLY_INTEGER ? "too few replicas in time"
+				                                                     : "WAIT failed");
+		}
+		batch_free(cmd);
+		if (reply)
+			reload_when_quiet(c);
+		return;
+	}
 	if (!cmd->held)
 		return; /* cannot be: the command's reply comes first */
 	if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer >= c->pool->wait_replicas)
@@ -378,11 +607,35 @@ static void reload_when_quiet(rconn_t *c)
 			rp_dispatch(cmd);
 }
 
+/* c begins to keep what it sends until its scripts are loaded again:
+ * what it queued and has not sent yet goes first among what it holds. */
+static void start_reloading(rconn_t *c)
+{
+	rcmd_t *cmd;
+
+	if (c->reloading)
+		return;
+	c->reloading = true;
+	while ((cmd = rp_list_pop(&c->outq)) != NULL)
+		rp_list_push(&c->held, cmd);
+}
+
+static bool call_reply(rconn_t *c, rcmd_t *cmd, const redisReply *reply);
+
+/* A replica's refusal: Redis 7 answers READONLY; Redis 6 wraps it in a
+ * script error. */
+static bool is_readonly(const redisReply *r)
+{
+	return r && r->type == REDIS_REPLY_ERROR &&
+	       (strncmp(r->str, "READONLY", 8) == 0 || strstr(r->str, "-READONLY ") != NULL);
+}
+
+static void batch_reply(rconn_t *c, rcmd_t *b, const redisReply *reply);
+
 static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
 	redisReply *reply = r;
 	rcmd_t *cmd = priv;
-	rpool_t *pool = cmd->pool;
 	rconn_t *c = ac->data;
 
 	if (c->pending > 0)
@@ -392,19 +645,58 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 	} else if (c->state == RC_READY) {
 		c->state = RC_DOWN; /* hiredis is failing this context */
 	}
+	if (cmd->sub)
+		batch_reply(c, cmd, reply);
+	else if (!call_reply(c, cmd, reply))
+		return;
+	if (reply)
+		reload_when_quiet(c);
+}
+
+/* A batch's reply: each call's own (an element), or the whole reply
+ * taken as each call's (see the header). */
+static void batch_reply(rconn_t *c, rcmd_t *b, const redisReply *reply)
+{
+	bool whole = !reply || reply->type != REDIS_REPLY_ARRAY;
+
+	if (!whole && reply->elements != (size_t)b->nsub)
+		reply = &bad_batch_reply, whole = true;
+	if (whole)
+		wait_detach(b); /* each call goes its own way */
+	for (int i = 0; i < b->nsub; i++) {
+		rcmd_t *cmd = b->sub[i];
+		const redisReply *r = whole ? reply : reply->element[i];
+		if (!whole && b->wref && cmd->wait && !is_readonly(r)) {
+			/* Its answer waits for the WAIT behind the batch. */
+			cmd->held = redis_reply_copy(r);
+			b->nheld++;
+			continue;
+		}
+		b->sub[i] = NULL;
+		call_reply(c, cmd, r);
+	}
+	if (b->nheld == 0)
+		batch_free(b); /* else on_wait_reply frees it */
+}
+
+/* One call's reply (NULL: lost), as the call's alone: kept for a reload,
+ * sent again, held for its WAIT or delivered. False when nothing more is
+ * to be done on c for it (the caller skips the reload check). */
+static bool call_reply(rconn_t *c, rcmd_t *cmd, const redisReply *reply)
+{
+	rpool_t *pool = c->pool;
+
 	if (reply && reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0 &&
 	    !cmd->reloaded && c->state == RC_READY) {
 		/* It did not run: kept, in order, until the scripts are back. */
 		wait_detach(cmd);
 		cmd->reloaded = true;
-		c->reloading = true;
+		start_reloading(c);
 		rp_list_push(&c->redo, cmd);
 		reload_when_quiet(c);
-		return;
+		return false;
 	}
-	if (reply && c->pool->require_master && reply->type == REDIS_REPLY_ERROR &&
-	    (strncmp(reply->str, "READONLY", 8) == 0 || strstr(reply->str, "-READONLY ") != NULL)) {
-		/* Redis 7 answers READONLY; Redis 6 wraps it in a script error. */
+	if (c->pool->require_master && is_readonly(reply)) {
 		/* A replica where the master was: the script did not run. The
 		 * connection goes (it reconnects, and ROLE holds it back until
 		 * the sentinels name the master); a repeatable command waits. */
@@ -413,17 +705,17 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 			LOG(LOG_WARN, "msg=\"redis answered READONLY: a replica; asking the sentinels again\" "
 			    "conn=%d", c->idx);
 			c->state = RC_DOWN;
-			redisAsyncDisconnect(ac); /* on_disconnect schedules the retry */
+			redisAsyncDisconnect(c->ac); /* on_disconnect schedules the retry */
 			if (pool->on_not_master)
 				pool->on_not_master();
 		}
 		if (cmd->retry_until > timers_now() && !pool->closing) {
 			unpin(cmd);
 			wait_for_conn(pool, cmd);
-			return;
+			return false;
 		}
 		rp_deliver(cmd, reply);
-		return;
+		return false;
 	}
 	if (reply && c->reloading && reply->type != REDIS_REPLY_ERROR)
 		LOG(LOG_WARN, "msg=\"a command ran after an earlier one found no script\" conn=%d", c->idx);
@@ -436,19 +728,18 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 			rp_list_push(&c->redo, cmd);
 		else
 			rp_dispatch(cmd);
-		return;
+		return false;
 	}
 	if (reply && cmd->wref) {
 		/* Answered once the WAIT behind it is. */
 		cmd->held = redis_reply_copy(reply);
-		return;
+		return false;
 	}
 	if (reply && cmd->wait && pool->wait_replicas > 0)
 		deliver_unacked(cmd, reply, "WAIT could not be sent");
 	else
 		rp_deliver(cmd, reply);
-	if (reply)
-		reload_when_quiet(c);
+	return true;
 }
 
 /* Decimal digits of v, written at p; returns the end. */
@@ -527,12 +818,22 @@ int rpool_eval(rpool_t *pool, uint32_t route, script_id_t script, int nkeys, int
 	p = put_bulk(p, "EVALSHA", 7);
 	p = put_bulk(p, rp_sha[script], 40);
 	p = put_bulk(p, nkeys_buf, (size_t)(put_uint(nkeys_buf, (size_t)nkeys) - nkeys_buf));
+	cmd->keys_off = (uint32_t)(p - cmd->resp);
+	cmd->args_off = cmd->keys_off;
+	cmd->nkeys = (uint16_t)nkeys;
+	cmd->nargs = (uint16_t)(argc - nkeys);
+	cmd->sub = NULL;
+	cmd->nsub = cmd->nheld = 0;
 	for (int k = 0; k < argc; k++) {
+		if (k == nkeys)
+			cmd->args_off = (uint32_t)(p - cmd->resp);
 		p = put_bulk(p, argv[k], argvlen[k]);
 		if (k == floor_arg && argvlen[k] == STORE_FLOOR_DIGITS)
 			cmd->floor_off = (size_t)(p - cmd->resp) - 2 - STORE_FLOOR_DIGITS;
 	}
 	cmd->len = (size_t)(p - cmd->resp);
+	if (nkeys >= argc)
+		cmd->args_off = (uint32_t)cmd->len;
 	*p = '\0'; /* hiredis looks for the command name with strchr */
 	if (c && conn_send(c, cmd) == 0) {
 		pool->pending++;

@@ -76,6 +76,7 @@ typedef struct rconn {
 	bool addr_ok;         /* addrs[addr_i] made a ready connection */
 	int naddrs, addr_i;   /* the host's addresses; the one to try next */
 	char addrs[MAX_ADDRS][64];
+	cmdlist_t outq;       /* to send at rpool_flush, in order (batching) */
 	cmdlist_t redo;       /* answered NOSCRIPT while reloading, in order */
 	cmdlist_t held;       /* sent while reloading, in order */
 	uint32_t backoff_ms;
@@ -105,6 +106,15 @@ struct rcmd {
 	bool check;           /* part of the check after a failover: passes the gate */
 	bool asking;          /* ASKING goes before it (RP_ASKING) */
 	size_t floor_off;     /* the fence floor's digits in resp (FLOOR_DIGITS), or 0 */
+	uint32_t keys_off;    /* where its key bulks start in resp */
+	uint32_t args_off;    /* where its other args' bulks start in resp */
+	uint16_t nkeys, nargs; /* its keys; its other args */
+	/* A batch (lua/batch.lua): its calls, in order; NULL for a call. A
+	 * batch is no call of its own: pool->pending counts its calls, its
+	 * reply is theirs (each handled as if it came alone), and nheld of
+	 * them wait for the WAIT behind it. */
+	rcmd_t **sub;
+	int nsub, nheld;
 	struct waitref *wref; /* the WAIT sent behind it, not yet answered */
 	redisReply *held;     /* its reply, kept until that WAIT answers */
 	store_fn fn;
@@ -166,6 +176,9 @@ struct rpool_state {
 	 * by route: struct pin, malloc'd, freed with its last command. */
 	htab_t pins;
 	uint64_t seqs; /* the last command seq handed out */
+	int batch_max;          /* rpool_callbacks_t's; < 2: no batches */
+	bool dirty;             /* some connection's outq is not empty */
+	struct rpool_state *next_dirty; /* in the list rpool_flush goes through */
 };
 
 /* A route whose commands are on a connection that is not the one the
@@ -199,5 +212,10 @@ void rp_deliver(rcmd_t *cmd, const redisReply *reply);
 /* Sends cmd on the connection that serves its route; with none up, it
  * waits (retry_until) or fails at once. */
 void rp_dispatch(rcmd_t *cmd);
+/* Sends what c queued (now: a connection lost or reloading, a pool
+ * closing). */
+void rp_flush_conn(rconn_t *c);
+/* The pool leaves rpool_flush's list (it closes). */
+void rp_undirty(struct rpool_state *pool);
 
 #endif

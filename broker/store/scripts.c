@@ -10,6 +10,7 @@
 
 static const char *const script_names[SCRIPT__COUNT] = {
 	[SCRIPT_ACQUIRE] = "acquire",
+	[SCRIPT_BATCH] = "batch",
 	[SCRIPT_CANARY] = "canary",
 	[SCRIPT_EXTEND] = "extend",
 	[SCRIPT_FENCE] = "fence",

@@ -20,6 +20,7 @@ extern const size_t script_source_count;
  * one of them was embedded. */
 typedef enum script_id {
 	SCRIPT_ACQUIRE,
+	SCRIPT_BATCH,
 	SCRIPT_CANARY,
 	SCRIPT_EXTEND,
 	SCRIPT_FENCE,

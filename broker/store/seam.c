@@ -32,6 +32,11 @@ void store_start(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *
 	B->start(loop, cfg, events);
 }
 
+void store_flush(void)
+{
+	rpool_flush();
+}
+
 void store_close(void)
 {
 	B->close();

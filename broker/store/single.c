@@ -116,6 +116,7 @@ static void single_start(uv_loop_t *loop, const lb_config_t *cfg, const store_ev
 		.require_master = M.sentinel,
 		.wait_replicas = cfg->redis_wait_replicas,
 		.wait_ms = cfg->redis_wait_ms,
+		.batch_max = cfg->redis_batch_max,
 	};
 	P = rpool_new(loop, &cfg->redis, cfg->pool, name, &cb, &inbox);
 	{

@@ -17,8 +17,17 @@
  *     run_id on reconnect, or the canary key, checked every
  *     --canary-interval-ms).
  *   - "renew these leases": each renewal is a call on its lock; calls
- *     that go out in one loop turn leave on their connections together
- *     (pipelined), so the renewals of one connection travel in one batch.
+ *     that go out in one loop turn leave on their connections together.
+ *   - batches: the calls one Redis connection gets in one loop turn leave
+ *     at store_flush as one script call (lua/batch.lua runs them in order,
+ *     each as alone; --redis-batch-max), each answered, resent and failed
+ *     as it would be alone (rpool_cmd.c). Per connection with single and
+ *     sentinel, per master connection with redlock. cluster: each call
+ *     alone, for now: a script's declared keys must share one slot, and
+ *     a batch across the slots of a master would declare none
+ *     (allow-cross-slot-keys), so that a slot on the move would fail
+ *     inside the script rather than as MOVED/ASK for the call. locks/
+ *     knows nothing of it.
  *
  * Backends behind this header (seam.c picks one by the URL's kind and
  * passes every call to it: backend.h):
@@ -181,6 +190,11 @@ int store_eval_key(const char *key, size_t key_len, script_id_t script, int argc
 int store_eval_keys(const char *key, size_t key_len, int nmore, script_id_t script, int argc,
                     const char *const *argv, const size_t *argvlen, store_fn fn, void *priv,
                     uint64_t retry_until);
+
+/* Sends the calls this loop turn made (they may go as batches: rpool.h's
+ * batch_max). The broker calls it once the turn's callbacks ran, before
+ * the loop blocks again; locks/ never does. */
+void store_flush(void);
 
 /* NULL or an error reply. */
 static inline bool store_reply_failed(const redisReply *r)

@@ -235,6 +235,7 @@ static void check_loaded(const lb_config_t *cfg)
 	check_redis(&cfg->redis);
 	CHECK(in_range(cfg->redis_wait_replicas, 0, 16));
 	CHECK(in_range(cfg->redis_wait_ms, 1, 10000));
+	CHECK(in_range(cfg->redis_batch_max, 0, 1024));
 	CHECK(cfg->prefix != NULL && in_range((int64_t)strlen(cfg->prefix), 1, 64));
 	CHECK(strpbrk(cfg->prefix, "{}") == NULL);
 	CHECK(in_range(cfg->default_ttl_ms, 100, 86400000));

@@ -15,7 +15,11 @@ the calls returned and against Redis itself:
 - every key has a TTL, and none ends before the holder or waiter that
   needs it (header past the holders, holder keys, queue keys past the
   last heartbeat deadline).
-Usage: lua_model_fuzz.py SOCKET SCRIPTDIR SEED STEPS
+Usage: lua_model_fuzz.py SOCKET SCRIPTDIR SEED STEPS [batched]
+With "batched", every call goes inside a batch (lua/batch.lua, as the
+broker sends the calls of one loop turn), between 0-2 reads (inspect) of
+the locks placed at random before and after it, and its element of the
+batch's reply is taken as its reply (an error element as its error).
 (tests/fuzz/run.sh starts a private Redis and assembles the scripts.)
 Exit 0 and "ok SEED" when clean; 1 and the violation with the lock's keys.
 """
@@ -42,12 +46,14 @@ class R:
         self.s.sendall(out)
         return self.rd()
 
-    def rd(self):
+    def rd(self, nested=False):
         line = self.f.readline()[:-2]
         t, rest = line[:1], line[1:]
         if t == b'+':
             return rest.decode()
         if t == b'-':
+            if nested:
+                return ErrorReply(rest.decode())
             raise Exception(rest.decode())
         if t == b':':
             return int(rest)
@@ -56,17 +62,60 @@ class R:
             return None if n < 0 else self.f.read(n + 2)[:-2].decode('latin1')
         if t == b'*':
             n = int(rest)
-            return None if n < 0 else [self.rd() for _ in range(n)]
+            return None if n < 0 else [self.rd(nested) for _ in range(n)]
         raise Exception('bad reply %r' % line)
 
 
+class ErrorReply(str):
+    """An error inside an array (a batch's element)."""
+
+
+class Batched(R):
+    """Sends each EVALSHA inside a batch with random reads around it."""
+
+    def cmd(self, *a):
+        if a[0] != 'EVALSHA' or 'batch' not in sha:
+            return R.cmd(self, *a)
+        name = by_sha[a[1]]
+        nk = int(a[2])
+        calls_mine = (name, list(a[3:3 + nk]), list(a[3 + nk:]))
+        calls = [calls_mine]
+        for _ in range(brnd.randint(0, 2)):
+            read = ('inspect', keys7(brnd.choice(['A', 'B'])), [])
+            calls.insert(brnd.randint(0, len(calls)), read)
+        me = [k for k, c in enumerate(calls) if c == calls_mine][0]
+        keys, args = [], [len(calls)]
+        for n, ks, xs in calls:
+            keys += ks
+            args += [n, len(ks), len(xs)] + xs
+        out = b'*%d\r\n' % (3 + len(keys) + len(args))
+        for x in ['EVALSHA', sha['batch'], len(keys)] + keys + args:
+            x = x if isinstance(x, bytes) else str(x).encode()
+            out += b'$%d\r\n%s\r\n' % (len(x), x)
+        self.s.sendall(out)
+        rep = self.rd(True)
+        if isinstance(rep, ErrorReply):
+            raise Exception(str(rep))
+        assert isinstance(rep, list) and len(rep) == len(calls), 'a batch answered %r' % (rep,)
+        mine = rep[me]
+        if isinstance(mine, ErrorReply):
+            raise Exception(str(mine))
+        return mine
+
+
 sock, scriptdir, seed, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-r = R(sock)
+batched = len(sys.argv) > 5 and sys.argv[5] == 'batched'
+brnd = random.Random(seed * 7919)
+r = Batched(sock) if batched else R(sock)
 r.cmd('FLUSHALL')
 sha = {}
 for n in ['acquire', 'release', 'extend', 'reenter', 'heartbeat', 'withdraw', 'inspect', 'proclaim']:
     with open('%s/%s.lua' % (scriptdir, n)) as fh:
         sha[n] = r.cmd('SCRIPT', 'LOAD', fh.read())
+if batched:
+    with open('%s/batch.lua' % scriptdir) as fh:
+        sha['batch'] = r.cmd('SCRIPT', 'LOAD', fh.read())
+by_sha = {v: k for k, v in sha.items()}
 
 
 def keys7(n): return ['P{%s}:h'%n,'P{%s}:i'%n,'P{%s}'%n,'P{%s}:q'%n,'P{%s}:w'%n,'P{%s}:d'%n,'P{%s}:s'%n]

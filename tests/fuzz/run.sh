@@ -21,13 +21,18 @@ while [ ! -S "$tmp/redis.sock" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); d
 for n in acquire release extend reenter heartbeat withdraw inspect proclaim; do
 	sh "$top/deploy/embed-lua.sh" --text "$top/lua/lib/prelude.lua" "$top/lua/$n.lua" >"$tmp/$n.lua"
 done
+sh "$top/deploy/embed-lua.sh" --text "$top/lua/lib/prelude.lua" "$top/lua/batch.lua" >"$tmp/batch.lua"
 fails=0
 s=1
 while [ $s -le "$seeds" ]; do
-	if ! python3 "$top/tests/fuzz/lua_model_fuzz.py" "$tmp/redis.sock" "$tmp" "$s" "$steps"; then
-		fails=$((fails + 1))
-	fi
+	# Each seed alone and inside batches (lua/batch.lua), as the broker
+	# sends the calls of one loop turn.
+	for mode in alone batched; do
+		if ! python3 "$top/tests/fuzz/lua_model_fuzz.py" "$tmp/redis.sock" "$tmp" "$s" "$steps" "$mode"; then
+			fails=$((fails + 1))
+		fi
+	done
 	s=$((s + 1))
 done
-echo "lua_model_fuzz: $seeds seeds x $steps calls, $fails failed"
+echo "lua_model_fuzz: $seeds seeds x $steps calls, alone and batched, $fails runs failed"
 [ "$fails" -eq 0 ]

@@ -514,3 +514,52 @@ LB_TEST(lostreply, a_release_lost_unread_does_not_strand_the_next_acquire, 40)
 	lb_release(a, lb_str(ac, "lease"));
 	lb_end();
 }
+
+/* Two releases and a try in one write go as one batch (--pool 1: one
+ * connection; lua/batch.lua), and the batch's reply is lost after it ran:
+ * each call is handled as its own lost reply would be (issue 29). The
+ * releases may be sent again: each answers released, count 0, as alone;
+ * the try may not: it holds the lock or leaves it free, never held for
+ * nobody. */
+LB_TEST(lostreply, a_batch_whose_reply_was_lost_answers_each_call_as_alone, 40)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, "--pool", "1", NULL);
+	lb_client *a = lb_connect(b, LB_TCP), *o = lb_connect(b, LB_TCP);
+	const char *l1 = lb_must_acquire(a, "bl1", 30000), *l2 = lb_must_acquire(a, "bl2", 30000);
+	char line[512];
+	struct send_req q = {a, line};
+	json_t *ans[3];
+
+	snprintf(line, sizeof(line),
+	         "{\"id\":1,\"op\":\"release\",\"lease\":\"%s\"}\n"
+	         "{\"id\":2,\"op\":\"release\",\"lease\":\"%s\"}\n"
+	         "{\"id\":3,\"op\":\"acquire\",\"lock\":\"bl3\",\"wait_ms\":0}",
+	         l1, l2);
+	lose_replies(r, 1000, send_line, &q);
+	for (int k = 0; k < 3; k++) {
+		json_t *id = json_integer(k + 1);
+		ans[k] = lb_wait_response(a, id, 15000);
+		json_decref(id);
+		cr_assert_not_null(ans[k], "no answer to request %d", k + 1);
+	}
+	for (int k = 0; k < 2; k++) {
+		cr_assert(lb_is_ok(ans[k]), "a release that ran answered %s", lb_dump(ans[k]));
+		cr_assert_eq(lb_int(ans[k], "count"), 0, "%s", lb_dump(ans[k]));
+	}
+	cr_assert_eq(lb_nholders(lb_inspect(o, "bl1")), 0);
+	cr_assert_eq(lb_nholders(lb_inspect(o, "bl2")), 0);
+	cr_assert(lb_is_err(lb_call(a, "{s:s, s:s}", "op", "release", "lease", l1), "not_held"));
+	if (lb_is_ok(ans[2])) {
+		cr_assert_eq(lb_nholders(lb_inspect(o, "bl3")), 1, "a try that answered ok holds it");
+		cr_assert_eq(lb_release(a, lb_str(ans[2], "lease")), 0);
+	} else {
+		int64_t end = lb_now_ms() + 5000;
+		while (lb_nholders(lb_inspect(o, "bl3")) != 0 && lb_now_ms() < end)
+			lb_sleep_ms(50);
+		cr_assert_eq(lb_nholders(lb_inspect(o, "bl3")), 0,
+		             "a try that answered %s left the lock held", lb_dump(ans[2]));
+	}
+	cr_assert_null(lb_next_event(a, 300), "no event was due");
+	lb_end();
+}

@@ -169,6 +169,7 @@ Test(config, defaults)
 	cr_expect_eq(C.max_inflight, 1024);
 	cr_expect_eq(C.redis_wait_replicas, 0, "off by default");
 	cr_expect_eq(C.redis_wait_ms, 500);
+	cr_expect_eq(C.redis_batch_max, 64);
 	cr_expect_null(C.redis.sentinel_password);
 }
 
@@ -874,6 +875,18 @@ Test(config, sentinel_errors_never_show_the_password)
 	};
 
 	expect_errors_hide_password(bad, sizeof(bad) / sizeof(bad[0]));
+}
+
+Test(config, redis_batch_max)
+{
+	cr_assert_eq(LOAD("--redis-batch-max", "0"), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.redis_batch_max, 0);
+	cr_assert_eq(LOAD("--redis-batch-max=1024"), CONFIG_OK, "%s", err);
+	cr_expect_eq(C.redis_batch_max, 1024);
+	expect_error(LOAD("--redis-batch-max", "1025"), "--redis-batch-max");
+	cr_expect_not_null(strstr(err, "0..1024"), "%s", err);
+	expect_error(LOAD("--redis-batch-max=-1"), "--redis-batch-max");
+	expect_error(LOAD("--redis-batch-max", "8x"), "--redis-batch-max");
 }
 
 Test(config, redis_wait_flags)
