@@ -43,7 +43,7 @@ REDLOCK_SRCS := $(wildcard tests/redlock/*.c)
 REL_OBJS := $(patsubst %.c,build/rel/%.o,$(LIB_SRCS)) build/rel/gen/lua_scripts.o build/rel/gen/ui_assets.o
 SAN_OBJS := $(patsubst %.c,build/san/%.o,$(LIB_SRCS)) build/san/gen/lua_scripts.o build/san/gen/ui_assets.o
 
-.PHONY: all deps run test test-clients test-ui unit integration ha cluster redlock clean install bench bench-ha bench-cluster bench-redlock bench-clients bench-tools fuzz fuzz-protocol deps-check test-packaging
+.PHONY: all deps run test test-clients test-ui unit integration ha cluster redlock clean install bench bench-ha bench-cluster bench-redlock bench-clients bench-peers bench-tools fuzz fuzz-protocol deps-check test-packaging
 # lockctl, the command-line client, is built once its sources exist.
 LOCKCTL_BIN := $(if $(LOCKCTL_SRCS),build/lockctl)
 LOCKCTL_SAN := $(if $(LOCKCTL_SRCS),build/san/lockctl)
@@ -296,6 +296,11 @@ bench: bench-tools
 bench-clients: build/lockbrokerd
 	@CLIENTS=1 sh deploy/install-deps.sh
 	LB_BROKER_BIN=$(CURDIR)/build/lockbrokerd sh tests/clients/with-broker.sh sh tests/bench/clients.sh
+# lockbroker against dflockd side by side (tests/bench/peers.sh; dflockd
+# built from a snapshot, see there). PEERS_STORE: single, redlock, cluster.
+PEERS_STORE ?= single
+bench-peers: bench-tools
+	BENCH_SECONDS="$(BENCH_SECONDS)" sh tests/bench/peers.sh $(PEERS_STORE)
 bench-redlock: bench-tools
 	BENCH_SECONDS="$(BENCH_SECONDS)" BENCH_QUICK="$(BENCH_QUICK)" sh tests/bench/redlock.sh
 

@@ -17,9 +17,7 @@ local S = {}
 local out, ki, ai = {}, 0, 2
 for n = 1, tonumber(ARGV[1]) do
   local f, nk, na = S[ARGV[ai]], tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 2])
-  local keys, args = {}, {}
-  for j = 1, nk do keys[j] = KEYS[ki + j] end
-  for j = 1, na do args[j] = ARGV[ai + 2 + j] end
+  local keys, args = {unpack(KEYS, ki + 1, ki + nk)}, {unpack(ARGV, ai + 3, ai + 2 + na)}
   ki, ai = ki + nk, ai + 3 + na
   local ok, r
   if f then
