@@ -48,25 +48,36 @@ static struct {
 	uv_check_t flush_check;
 } B;
 
+/* The Redis calls and the client output of the loop turn go out. Writing
+ * to clients may resume parked requests, which make calls, whose failures
+ * may wake more: a few rounds, then the next turn's flush. */
+static void flush_turn(void)
+{
+	for (int k = 0; k < 8; k++) {
+		store_flush();
+		session_flush_dirty();
+		if (!store_flush_pending())
+			break;
+	}
+}
+
 static void on_flush_prepare(uv_prepare_t *h)
 {
 	(void)h;
-	store_flush();
-	session_flush_dirty();
+	flush_turn();
 }
 
 static void on_flush_check(uv_check_t *h)
 {
 	(void)h;
-	store_flush();
-	session_flush_dirty();
+	flush_turn();
 }
 
 /* Lets the loop end once what is left (Redis replies, session closes) is
  * done; the timers still fire meanwhile. broker_free closes the rest. */
 static void close_loop_handles(void)
 {
-	session_flush_dirty();
+	flush_turn();
 	uv_close((uv_handle_t *)&B.sigterm, NULL);
 	uv_close((uv_handle_t *)&B.sigint, NULL);
 	uv_close((uv_handle_t *)&B.sighup, NULL);
@@ -274,7 +285,7 @@ int broker_start(uv_loop_t *loop, lb_config_t *cfg, int argc, char **argv)
 
 void broker_free(void)
 {
-	session_flush_dirty();
+	flush_turn();
 	uv_close((uv_handle_t *)&B.flush_prepare, NULL);
 	uv_close((uv_handle_t *)&B.flush_check, NULL);
 	timers_close();

@@ -653,12 +653,13 @@ void rpool_close(rpool_t *pool)
 	rcmd_t *cmd;
 
 	/* What this turn queued goes before the goodbye (Redis answers it
-	 * before the connection closes). */
+	 * before the connection closes); closing first, so that the
+	 * callbacks of calls that fail meanwhile can queue nothing new. */
+	pool->closing = true;
 	for (int k = 0; k < pool->n; k++)
 		if (pool->conns[k].outq.head)
 			rp_flush_conn(&pool->conns[k]);
 	rp_undirty(pool);
-	pool->closing = true;
 	pool->checking = false;
 	timer_cancel(&pool->check_timer);
 	while ((cmd = rp_list_pop(&pool->waiting)) != NULL) {

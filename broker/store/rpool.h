@@ -171,6 +171,8 @@ bool rpool_replayed(void);
  * batch_max): the broker calls it once the turn's callbacks ran, before
  * the loop blocks again. */
 void rpool_flush(void);
+/* True when some pool has calls queued for rpool_flush. */
+bool rpool_flush_pending(void);
 
 /* FNV-1a of a lock name: the route of its commands. */
 uint32_t rpool_route(const char *name, size_t len);

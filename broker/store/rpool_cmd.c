@@ -370,8 +370,17 @@ static int conn_send(rconn_t *c, rcmd_t *cmd)
 	return 0;
 }
 
-/* cmd could not go out on the connection it was given (hiredis refused
- * it, or the connection was lost before the flush): it did not run. */
+/* cmd was queued on a connection that was lost before the flush: it did
+ * not run, and goes to another connection (or waits, or fails) as a call
+ * made now would. */
+static void send_elsewhere(rcmd_t *cmd)
+{
+	unpin(cmd);
+	rp_dispatch(cmd);
+}
+
+/* hiredis refused cmd on a connection that still looks usable: it did not
+ * run; it waits for a connection when it may, else it fails. */
 static void send_failed(rcmd_t *cmd)
 {
 	rpool_t *pool = cmd->pool;
@@ -469,18 +478,13 @@ void rp_flush_conn(rconn_t *c)
 
 	while (c->outq.head) {
 		int n;
-		if (c->reloading) {
-			/* Behind what answered NOSCRIPT, ahead of what came later. */
-			cmdlist_t later = c->held;
-			c->held = c->outq;
-			c->outq = (cmdlist_t){NULL, NULL};
-			while ((cmd = rp_list_pop(&later)) != NULL)
-				rp_list_push(&c->held, cmd);
-			return;
-		}
+		/* (Never reloading here: start_reloading moved the queue to
+		 * held, and conn_send holds while it lasts.) */
 		if (!rp_usable(c)) {
-			while ((cmd = rp_list_pop(&c->outq)) != NULL)
-				send_failed(cmd);
+			cmdlist_t lost = c->outq;
+			c->outq = (cmdlist_t){NULL, NULL};
+			while ((cmd = rp_list_pop(&lost)) != NULL)
+				send_elsewhere(cmd);
 			return;
 		}
 		n = batch_run(c);
@@ -498,6 +502,11 @@ void rp_flush_conn(rconn_t *c)
 			batch_free(cmd);
 		}
 	}
+}
+
+bool rpool_flush_pending(void)
+{
+	return dirty_pools != NULL;
 }
 
 void rpool_flush(void)
@@ -534,8 +543,8 @@ static void on_wait_reply(redisAsyncContext *ac, void *r, void *priv)
 			rcmd_t *k = cmd->sub[i];
 			if (!k)
 				continue;
-			if (reply && reply->type == REDIS_REPLY_INTEGER &&
-			    reply->integer >= c->pool->wait_replicas)
+			if (!k->wait || (reply && reply->type == REDIS_REPLY_INTEGER &&
+			                 reply->integer >= c->pool->wait_replicas))
 				rp_deliver(k, k->held);
 			else
 				deliver_unacked(k, k->held,
@@ -593,7 +602,7 @@ static void reload_when_quiet(rconn_t *c)
 {
 	rcmd_t *cmd;
 
-	if (!c->reloading || c->pending > 0 || !rp_usable(c))
+	if (!c->reloading || c->pending > 0 || c->in_batch_reply || !rp_usable(c))
 		return;
 	LOG(LOG_WARN, "msg=\"redis lost its scripts; loading them again\" conn=%d", c->idx);
 	for (int id = 0; id < SCRIPT__COUNT; id++)
@@ -663,11 +672,16 @@ static void batch_reply(rconn_t *c, rcmd_t *b, const redisReply *reply)
 		reply = &bad_batch_reply, whole = true;
 	if (whole)
 		wait_detach(b); /* each call goes its own way */
+	/* A NOSCRIPT for the whole batch keeps every call, in order, before
+	 * the scripts are loaded again (once, by on_reply). */
+	c->in_batch_reply = true;
 	for (int i = 0; i < b->nsub; i++) {
 		rcmd_t *cmd = b->sub[i];
 		const redisReply *r = whole ? reply : reply->element[i];
-		if (!whole && b->wref && cmd->wait && !is_readonly(r)) {
-			/* Its answer waits for the WAIT behind the batch. */
+		if (!whole && b->wref && (cmd->wait || b->nheld > 0) && !is_readonly(r)) {
+			/* Its answer waits for the WAIT behind the batch (a call
+			 * after one that waits, too: alone, its reply would have
+			 * come after that WAIT's). */
 			cmd->held = redis_reply_copy(r);
 			b->nheld++;
 			continue;
@@ -675,8 +689,11 @@ static void batch_reply(rconn_t *c, rcmd_t *b, const redisReply *reply)
 		b->sub[i] = NULL;
 		call_reply(c, cmd, r);
 	}
-	if (b->nheld == 0)
-		batch_free(b); /* else on_wait_reply frees it */
+	c->in_batch_reply = false;
+	if (b->nheld == 0) {
+		wait_detach(b); /* a WAIT behind it answers nobody now */
+		batch_free(b);  /* else on_wait_reply frees it */
+	}
 }
 
 /* One call's reply (NULL: lost), as the call's alone: kept for a reload,

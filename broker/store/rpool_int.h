@@ -72,6 +72,8 @@ typedef struct rconn {
 	bool subscriber;      /* the inbox connection, not a command one */
 	bool dropping;        /* inside our own redisAsyncFree (rconn_drop) */
 	bool reloading;       /* NOSCRIPT seen: see the header */
+	bool in_batch_reply;  /* a batch's calls are being handled: the reload
+	                       * waits until all of them are (in order) */
 	bool resolving;       /* gai is in flight */
 	bool addr_ok;         /* addrs[addr_i] made a ready connection */
 	int naddrs, addr_i;   /* the host's addresses; the one to try next */

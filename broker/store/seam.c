@@ -37,6 +37,11 @@ void store_flush(void)
 	rpool_flush();
 }
 
+bool store_flush_pending(void)
+{
+	return rpool_flush_pending();
+}
+
 void store_close(void)
 {
 	B->close();

@@ -195,6 +195,8 @@ int store_eval_keys(const char *key, size_t key_len, int nmore, script_id_t scri
  * batch_max). The broker calls it once the turn's callbacks ran, before
  * the loop blocks again; locks/ never does. */
 void store_flush(void);
+/* True when calls wait for store_flush. */
+bool store_flush_pending(void);
 
 /* NULL or an error reply. */
 static inline bool store_reply_failed(const redisReply *r)

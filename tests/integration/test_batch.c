@@ -179,3 +179,31 @@ LB_TEST(batch, many_sessions_pipelining, 60)
 		}
 	lb_end();
 }
+
+/* Redis lost its scripts (SCRIPT FLUSH) and a batch of a release of L, an
+ * acquire of L by another owner and a release of M answers NOSCRIPT as a
+ * whole: the scripts are loaded once and the three run again in their
+ * order, so the acquire finds L free. */
+LB_TEST(batch, a_batch_that_found_no_script_runs_again_in_order, 30)
+{
+	lb_redis *r = lb_redis_start(false);
+	lb_broker *b = lb_broker_start(r, "--pool", "1", NULL);
+	lb_client *a = lb_connect(b, LB_TCP);
+	const char *l = lb_must_acquire(a, "nsL", 30000), *m = lb_must_acquire(a, "nsM", 30000);
+	char lines[1024];
+	json_t *ans[3];
+
+	lb_redis_cmd(r, "SCRIPT FLUSH");
+	snprintf(lines, sizeof(lines),
+	         "{\"id\":1,\"op\":\"release\",\"lease\":\"%s\"}\n"
+	         "{\"id\":2,\"op\":\"acquire\",\"lock\":\"nsL\",\"owner\":\"o2\",\"wait_ms\":0}\n"
+	         "{\"id\":3,\"op\":\"release\",\"lease\":\"%s\"}\n",
+	         l, m);
+	pipeline(a, lines, ans, 3);
+	cr_assert(lb_is_ok(ans[0]) && lb_int(ans[0], "count") == 0, "release: %s", lb_dump(ans[0]));
+	cr_assert(lb_is_ok(ans[1]), "the acquire behind the release: %s", lb_dump(ans[1]));
+	cr_assert(lb_is_ok(ans[2]) && lb_int(ans[2], "count") == 0, "release: %s", lb_dump(ans[2]));
+	cr_assert_eq(lb_nholders(lb_inspect(a, "nsM")), 0);
+	cr_assert_eq(lb_release(a, lb_str(ans[1], "lease")), 0);
+	lb_end();
+}
