@@ -347,7 +347,7 @@ static void acquire_reply(const redisReply *r, waiter_t *w)
 	w->state = W_QUEUED;
 	w->unsent = false;
 	if (status == 0 && w->wait && w->end == WEND_NONE && store_redlock()) {
-		/* {0, retry_ms, fresh, split} (redlock.c) */
+		/* {0, retry_ms, fresh, split} (redlock_round.c) */
 		wq_redlock_lost(w, a,
 		                r->elements >= 3 && r->element[2]->type == REDIS_REPLY_INTEGER &&
 		                    r->element[2]->integer == 1,

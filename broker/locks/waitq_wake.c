@@ -77,7 +77,7 @@ void wq_redlock_round(wlock_t *wl)
 		return;
 	if (wl->acq_inflight > 0) {
 		/* Its reply decides: a waiter's lost round says whether a wake
-		 * meanwhile was news (redlock.c's fresh) and drops this; after
+		 * meanwhile was news (redlock_round.c's fresh) and drops this; after
 		 * a try's, the next round takes it. */
 		wl->hb_again = woken;
 		return;

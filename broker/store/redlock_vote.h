@@ -20,7 +20,7 @@
  * Fences: every master that grants reports the fence it issued (above the
  * one it had stored). A won round takes F = max(issued + 1 over the
  * grants, now_us, floor + 1) and writes F to a quorum before its holder
- * hears of it (redlock.c skips the write when every grant issued the
+ * hears of it (redlock_round.c skips the write when every grant issued the
  * fence it proposed: that one is on a quorum already). Any
  * two quorums share a master, so the next won round sees F among its
  * answers and takes a larger one: fences increase per lock across every
