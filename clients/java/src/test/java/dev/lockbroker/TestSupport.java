@@ -300,15 +300,7 @@ final class TestSupport {
         public void close() {
             if (proc != null && proc.isAlive()) {
                 signal("CONT");
-                proc.destroy();
-                try {
-                    if (!proc.waitFor(5, TimeUnit.SECONDS)) {
-                        proc.destroyForcibly();
-                        proc.waitFor(5, TimeUnit.SECONDS);
-                    }
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                }
+                stop(proc);
             }
         }
     }
@@ -356,17 +348,23 @@ final class TestSupport {
 
         @Override
         public void close() {
-            if (proc.isAlive()) {
-                proc.destroy();
-                try {
-                    if (!proc.waitFor(5, TimeUnit.SECONDS)) {
-                        proc.destroyForcibly();
-                        proc.waitFor(5, TimeUnit.SECONDS);
-                    }
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                }
+            stop(proc);
+        }
+    }
+
+    /** Stops proc: TERM, then KILL after 5 s. */
+    static void stop(Process proc) {
+        if (!proc.isAlive()) {
+            return;
+        }
+        proc.destroy();
+        try {
+            if (!proc.waitFor(5, TimeUnit.SECONDS)) {
+                proc.destroyForcibly();
+                proc.waitFor(5, TimeUnit.SECONDS);
             }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
     }
 
