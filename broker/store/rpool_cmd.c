@@ -516,9 +516,17 @@ void rpool_flush(void)
 		dirty_pools = pool->next_dirty;
 		pool->dirty = false;
 		pool->next_dirty = NULL;
-		for (int k = 0; k < pool->n; k++)
-			if (pool->conns[k].outq.head)
-				rp_flush_conn(&pool->conns[k]);
+		for (int k = 0; k < pool->n; k++) {
+			rconn_t *c = &pool->conns[k];
+			if (!c->outq.head)
+				continue;
+			rp_flush_conn(c);
+			/* Written now, not when the loop next polls: one epoll
+			 * round less per call (hiredis keeps what the socket does
+			 * not take, and writes it when the socket is writable). */
+			if (rp_usable(c))
+				redisAsyncHandleWrite(c->ac);
+		}
 	}
 }
 
