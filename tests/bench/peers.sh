@@ -24,7 +24,8 @@
 # Then a convoy (lbbench contended --hold-ms 1, 8 and 64 clients over two
 # brokers) with batches and without: handoff p50/p99; and 4 brokers on the
 # one store at 64 connections each (256 in all), 4 lbbench at once:
-# aggregate cycles/s with and without batches.
+# aggregate cycles/s with and without batches. On one redis-server,
+# redis-py's Lock too (1 and 8 processes, when python3-redis is there).
 #
 # dflockd is built from a snapshot: `fetch github:mtingers/dflockd`, then
 # sh ../shared/peers/dflockd/build.sh /work/.mirror/mtingers+dflockd/repo \
@@ -195,6 +196,24 @@ for conns in $CONNS; do
 	on=$(col "$tmp/on.$conns" 1) off=$(col "$tmp/off.$conns" 1) df=$(col "$tmp/df.$conns" 1)
 	emit "$STORE c=$conns | $on | $off | $df | $(ratio "$on" "$df") | $(ratio "$off" "$df") | $(col "$tmp/on.$conns" 2) $(col "$tmp/on.$conns" 3) $(col "$tmp/on.$conns" 4) $(col "$tmp/on.$conns" 5) | $(col "$tmp/off.$conns" 2) $(col "$tmp/off.$conns" 3) $(col "$tmp/off.$conns" 4) $(col "$tmp/off.$conns" 5) | $(batch_quantiles "$tmp/h0" "$tmp/h1" | tr ' ' /)"
 done
+
+if [ "$STORE" = single ] && ! /usr/bin/python3 -c 'import redis' 2>/dev/null; then
+	SUDO=""
+	[ "$(id -u)" -eq 0 ] || SUDO=sudo
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-redis >/dev/null 2>&1 || true
+fi
+if [ "$STORE" = single ] && /usr/bin/python3 -c 'import redis' 2>/dev/null; then
+	echo "# redis-py's Lock on the same redis-server, uncontended, acquire(blocking=False) + release, 3 windows, medians"
+	for procs in 1 8; do
+		: >"$tmp/py.$procs"
+		for round in 1 2 3; do
+			/usr/bin/python3 tests/bench/redis_py_lock.py --socket "$tmp/redis.sock" \
+				--redis-pid "$REDIS_PIDS" --seconds "$SECS" --shape uncontended --procs "$procs" \
+				--label py 2>/dev/null | awk '/cycles_per_s/ { print $2; exit }' >>"$tmp/py.$procs"
+		done
+		emit "$STORE redis-py procs=$procs | $(median <"$tmp/py.$procs") cycles/s"
+	done
+fi
 
 echo "# convoy: one lock, --hold-ms 1, clients over two brokers: handoff p50/p99 us, medians of 3 rounds"
 for clients in 8 64; do
