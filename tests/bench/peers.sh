@@ -52,12 +52,14 @@ ulimit -n 65536 2>/dev/null || true
 base=$((11000 + $$ % 20000)) # below the ephemeral range (32768-)
 REDIS_PIDS=""
 start_node() { # port [flags]
-	mkdir -p "$tmp/node-$1"
-	redis-server --port "$1" --bind 127.0.0.1 --dir "$tmp/node-$1" --save "" --appendonly no \
-		--maxclients 20000 --logfile "$tmp/node-$1/log" "$@" &
-	echo "redis-$1 $!" >>"$PIDS_FILE"
+	np=$1
+	shift
+	mkdir -p "$tmp/node-$np"
+	redis-server --port "$np" --bind 127.0.0.1 --dir "$tmp/node-$np" --save "" --appendonly no \
+		--maxclients 20000 --logfile "$tmp/node-$np/log" "$@" &
+	echo "redis-$np $!" >>"$PIDS_FILE"
 	REDIS_PIDS="$REDIS_PIDS $!"
-	wait_ping "$1"
+	wait_ping "$np"
 }
 NODES=""
 case $STORE in
