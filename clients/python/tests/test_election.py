@@ -48,8 +48,10 @@ class ElectionTests(unittest.TestCase):
             def campaign_b():
                 with eb.campaign("b:1") as t2:
                     got["term"] = t2.fence
-                    t2.proclaim("b:2")
+                    # Set before the proclaim: an observer that saw b:2
+                    # before the flag was up went on to the resign (None).
                     stop.set()
+                    t2.proclaim("b:2")
 
             tb = threading.Thread(target=campaign_b, daemon=True)
             tb.start()
