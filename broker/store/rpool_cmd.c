@@ -379,17 +379,24 @@ static void send_elsewhere(rcmd_t *cmd)
 	rp_dispatch(cmd);
 }
 
-/* hiredis refused cmd on a connection that still looks usable: it did not
- * run; it waits for a connection when it may, else it fails. */
-static void send_failed(rcmd_t *cmd)
+/* cmd has no connection to go on now: it waits for one when it may be
+ * resent (retry_until), else it fails. */
+static void wait_or_fail(rcmd_t *cmd)
 {
 	rpool_t *pool = cmd->pool;
 
-	unpin(cmd);
 	if (!pool->closing && cmd->retry_until > timers_now())
 		wait_for_conn(pool, cmd);
 	else
 		rp_deliver(cmd, NULL);
+}
+
+/* hiredis refused cmd on a connection that still looks usable: it did not
+ * run (sent elsewhere, it could be refused there again at once). */
+static void send_failed(rcmd_t *cmd)
+{
+	unpin(cmd);
+	wait_or_fail(cmd);
 }
 
 /* The batch of the n calls at the head of c's queue, in order. */
@@ -447,7 +454,6 @@ static rcmd_t *batch_make(rconn_t *c, int n)
 	b->len = (size_t)(p - b->resp);
 	*p = '\0';
 	REQUIRE(b->len < total);
-	counters_redis_batch((unsigned)n);
 	return b;
 }
 
@@ -488,9 +494,9 @@ void rp_flush_conn(rconn_t *c)
 			return;
 		}
 		n = batch_run(c);
+		counters_redis_batch(n < 2 ? 1 : (unsigned)n);
 		if (n < 2) {
 			cmd = rp_list_pop(&c->outq);
-			counters_redis_batch(1);
 			if (conn_write(c, cmd) < 0)
 				send_failed(cmd);
 			continue;
@@ -597,11 +603,7 @@ void rp_dispatch(rcmd_t *cmd)
 		pin(cmd, c);
 		return;
 	}
-	if (!pool->closing && cmd->retry_until > timers_now()) {
-		wait_for_conn(pool, cmd);
-		return;
-	}
-	rp_deliver(cmd, NULL);
+	wait_or_fail(cmd);
 }
 
 /* Every reply of a reloading connection is in: load the scripts again,
