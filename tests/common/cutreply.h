@@ -76,8 +76,9 @@ static inline void cut_wait(redisContext *c, int n)
 }
 
 /* The CLIENT LIST ids of the brokers' command connections on the node
- * (named lockbroker-*, not the inboxes); returns how many. */
-static inline size_t cut_broker_conns(int port, long long *ids, size_t max)
+ * (named lockbroker-*, not the inboxes), and their client-side TCP ports
+ * in cports; returns how many. */
+static inline size_t cut_broker_conns(int port, long long *ids, int *cports, size_t max)
 {
 	redisContext *c = cut_conn(port);
 	redisReply *rep = redisCommand(c, "CLIENT LIST");
@@ -88,16 +89,69 @@ static inline size_t cut_broker_conns(int port, long long *ids, size_t max)
 	buf = strdup(rep->str);
 	cr_assert_not_null(buf);
 	for (char *line = strtok_r(buf, "\n", &save); line && n < max; line = strtok_r(NULL, "\n", &save)) {
-		const char *name = strstr(line, " name=lockbroker-");
+		const char *name = strstr(line, " name=lockbroker-"), *addr = strstr(line, " addr=");
+		const char *colon;
 		long long id;
-		if (!name || strstr(name, ":inbox") || sscanf(line, "id=%lld", &id) != 1)
+		if (!name || strstr(name, ":inbox") || !addr || sscanf(line, "id=%lld", &id) != 1)
 			continue;
-		ids[n++] = id;
+		colon = strchr(addr + 6, ' ');
+		while (colon > addr && *colon != ':')
+			colon--;
+		if (!colon || *colon != ':')
+			continue;
+		ids[n] = id;
+		cports[n++] = atoi(colon + 1);
 	}
 	free(buf);
 	freeReplyObject(rep);
 	redisFree(c);
 	return n;
+}
+
+/* Bytes the kernel holds unread for the node at port on the connections
+ * from the client ports cports (/proc/net/tcp's rx_queue of the node's
+ * end): what the broker wrote that a sleeping node has not read. */
+static inline long cut_unread(int port, const int *cports, size_t n)
+{
+	FILE *f = fopen("/proc/net/tcp", "r");
+	char line[512];
+	long total = 0;
+
+	cr_assert_not_null(f, "cannot read /proc/net/tcp");
+	while (fgets(line, sizeof(line), f)) {
+		unsigned lport, rport;
+		unsigned long tx, rx;
+		if (sscanf(line, " %*d: %*8x:%x %*8x:%x %*x %lx:%lx", &lport, &rport, &tx, &rx) != 4 ||
+		    (int)lport != port)
+			continue;
+		for (size_t k = 0; k < n; k++)
+			if ((int)rport == cports[k])
+				total += (long)rx;
+	}
+	fclose(f);
+	return total;
+}
+
+/* Waits at least 150 ms and then (up to within_ms in all) until bytes of
+ * a broker wait unread on each of the sleeping nodes: the broker's request,
+ * however long a loaded machine makes it take (a fixed wait failed in CI).
+ * Returns whether they did on every node. */
+static inline bool cut_wait_written(const int *ports, int nports, int cports[][CUT_MAX_CONNS],
+                                    const size_t *n, int within_ms)
+{
+	int64_t end = lb_now_ms() + within_ms;
+
+	lb_sleep_ms(150);
+	for (;;) {
+		int seen = 0;
+		for (int i = 0; i < nports; i++)
+			seen += cut_unread(ports[i], cports[i], n[i]) > 0;
+		if (seen == nports)
+			return true;
+		if (lb_now_ms() >= end)
+			return false;
+		lb_sleep_ms(2);
+	}
 }
 
 /* Reads the node's MONITOR feed on mon up to the line of the marker (the
@@ -137,6 +191,7 @@ static inline int cut_replies(const int *ports, int nports, int sleep_ms, const 
                               void (*send)(void *), void *arg)
 {
 	long long ids[CUT_MAX_NODES][CUT_MAX_CONNS];
+	int cports[CUT_MAX_NODES][CUT_MAX_CONNS];
 	size_t n[CUT_MAX_NODES];
 	redisContext *killer[CUT_MAX_NODES], *sleeper[CUT_MAX_NODES], *mon[CUT_MAX_NODES];
 	char marker[64];
@@ -146,7 +201,7 @@ static inline int cut_replies(const int *ports, int nports, int sleep_ms, const 
 	cr_assert(nports > 0 && nports <= CUT_MAX_NODES);
 	for (int i = 0; i < nports; i++) {
 		redisReply *ok;
-		n[i] = cut_broker_conns(ports[i], ids[i], CUT_MAX_CONNS);
+		n[i] = cut_broker_conns(ports[i], ids[i], cports[i], CUT_MAX_CONNS);
 		cr_assert_gt(n[i], 0, "no broker connection in CLIENT LIST of %d", ports[i]);
 		/* Connected before the sleep: a connection accepted after it
 		 * would be read one loop turn too late, after the replies. */
@@ -162,7 +217,11 @@ static inline int cut_replies(const int *ports, int nports, int sleep_ms, const 
 	}
 	lb_sleep_ms(50);
 	send(arg);
-	lb_sleep_ms(200); /* the broker wrote the request to the nodes */
+	/* The broker wrote the request to the nodes; a little more for a
+	 * node it writes to last (what the broker writes one node in a turn,
+	 * it writes every node). */
+	cut_wait_written(ports, nports, cports, n, sleep_ms - 150);
+	lb_sleep_ms(20);
 	/* Each node reads its sockets in the order they became readable. */
 	for (int i = 0; i < nports; i++) {
 		for (size_t k = 0; k < n[i]; k++)
@@ -190,6 +249,7 @@ static inline int cut_second_replies(const int *ports, int nports, int sleep_ms,
                                      pid_t broker_pid, void (*send)(void *), void *arg)
 {
 	long long ids[CUT_MAX_NODES][CUT_MAX_CONNS];
+	int cports[CUT_MAX_NODES][CUT_MAX_CONNS];
 	size_t n[CUT_MAX_NODES];
 	redisContext *killer[CUT_MAX_NODES], *sleeper[CUT_MAX_NODES], *sleeper2[CUT_MAX_NODES],
 	    *mon[CUT_MAX_NODES];
@@ -200,7 +260,7 @@ static inline int cut_second_replies(const int *ports, int nports, int sleep_ms,
 	cr_assert(nports > 0 && nports <= CUT_MAX_NODES && broker_pid > 0);
 	for (int i = 0; i < nports; i++) {
 		redisReply *ok;
-		n[i] = cut_broker_conns(ports[i], ids[i], CUT_MAX_CONNS);
+		n[i] = cut_broker_conns(ports[i], ids[i], cports[i], CUT_MAX_CONNS);
 		cr_assert_gt(n[i], 0, "no broker connection in CLIENT LIST of %d", ports[i]);
 		killer[i] = cut_conn(ports[i]);
 		sleeper2[i] = cut_conn(ports[i]);
@@ -215,7 +275,8 @@ static inline int cut_second_replies(const int *ports, int nports, int sleep_ms,
 	}
 	lb_sleep_ms(50);
 	send(arg);
-	lb_sleep_ms(200); /* the broker wrote its first call to the nodes */
+	cut_wait_written(ports, nports, cports, n, sleep_ms - 150); /* its first call */
+	lb_sleep_ms(20);
 	cr_assert_eq(kill(broker_pid, SIGSTOP), 0);
 	/* Each node woke (its sleeper's reply), ran the first call and wrote
 	 * its answer to the stopped broker; then it sleeps again. */
@@ -225,7 +286,8 @@ static inline int cut_second_replies(const int *ports, int nports, int sleep_ms,
 	}
 	lb_sleep_ms(50);
 	cr_assert_eq(kill(broker_pid, SIGCONT), 0);
-	lb_sleep_ms(200); /* the broker wrote its second call */
+	cut_wait_written(ports, nports, cports, n, sleep_ms - 150); /* its second call */
+	lb_sleep_ms(20);
 	for (int i = 0; i < nports; i++) {
 		for (size_t k = 0; k < n[i]; k++)
 			cut_send(killer[i], "CLIENT KILL ID %lld", ids[i][k]);
