@@ -15,6 +15,8 @@
 # (x.c, x_*.c in the same folder). Above store/, the seam is all there is
 # of it: store.h, lockscript.h (a lock's call) and scripts.h (the script
 # ids); a backend's own headers (rpool.h, canary.h, redis_uv.h) stay inside.
+# broker/locks/ names no store (redlock, sentinel, cluster, or the mode
+# string): what it must know of one it reads from store_caps() (store.h).
 # Prints every violation and exits 1 when there is one. Checks the tree it
 # sits in, or the one given as $1 (tests/deps_check_selftest.sh).
 set -eu
@@ -75,6 +77,11 @@ for f in $(find broker protocol cmd -name '*.[ch]' | sort); do
 		[ "$a" = "$b" ] || echo "$a $b" >>"$edges"
 	done
 done
+named=$(grep -n -i -E 'redlock|sentinel|cluster|store_mode|"single"' $(find broker/locks -type f | sort) || true)
+if [ -n "$named" ]; then
+	printf '%s\n' "$named" | sed 's/^/deps-check: a store named in locks\/ (use store_caps): /'
+	bad=1
+fi
 if ! tsort "$edges" >/dev/null 2>"$edges.err"; then
 	sed 's/^/deps-check: /' "$edges.err"
 	bad=1

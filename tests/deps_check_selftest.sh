@@ -43,7 +43,9 @@ expect_fail "lifecycle outside main" broker/metrics.c '#include "broker/broker.h
 expect_fail "private header" broker/locks/lease.c '#include "broker/locks/waitq_int.h"' 'private to'
 expect_fail "past the seam" broker/locks/watchdog.c '#include "broker/store/rpool.h"' 'only its seam'
 expect_fail "missing header" broker/locks/lease.c '#include "broker/locks/nosuch.h"' 'does not exist'
+expect_fail "a store named in locks" broker/locks/waitq_send.c '/* only with --redlock */' 'a store named in locks'
+expect_fail "the mode asked in locks" broker/locks/lockops.c 'static int x(void) { return store_mode()[0]; }' 'a store named in locks'
 expect_fail "cycle in a layer" broker/locks/opctx.h '#include "broker/locks/lockops.h"' 'loop'
 
 [ "$fails" -eq 0 ] || exit 1
-echo "deps-check selftest: 9 breaks caught, the untouched tree passes"
+echo "deps-check selftest: 11 breaks caught, the untouched tree passes"

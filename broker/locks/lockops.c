@@ -64,11 +64,9 @@ void lockops_acquire(client_t *s, req_t *req)
 	int64_t ttl_ms = a->ttl_ms > 0 ? a->ttl_ms : server.cfg->default_ttl_ms;
 	lease_t *held;
 
-	if (store_redlock() && a->mode != LB_MODE_EXCLUSIVE) {
+	if (store_caps()->exclusive_only && a->mode != LB_MODE_EXCLUSIVE) {
 		counters_acquire(LB_E_INVALID_ARGUMENT, 0);
-		client_send_error(s, req->id, LB_E_INVALID_ARGUMENT,
-		                  "Redlock mode (--redlock) serves exclusive locks only: mode \"shared\" "
-		                  "and limit are not supported");
+		client_send_error(s, req->id, LB_E_INVALID_ARGUMENT, store_caps()->exclusive_only);
 		return;
 	}
 	/* Reentrancy is for locks: a semaphore acquire always takes a new

@@ -26,9 +26,9 @@ static void on_reentered(const redisReply *r, void *priv)
 		l->reentering--;
 	if (store_reply_failed(r)) {
 		/* unavailable says the re-entry had no effect, yet it may have
-		 * run where no reply came back (Redlock: masters a quorum of
-		 * which never answered in time, and which may run it later
-		 * from their sockets): taken back wherever it ran, in order
+		 * run where no reply came back (nodes of a quorum that never
+		 * answered in time, and which may run it later from their
+		 * sockets): taken back wherever it ran, in order
 		 * before any later op of the lease. */
 		if (l && r && !lease_lost_reason(c->token, LEASE_TOKEN_LEN))
 			lease_undo_reentry_in_redis(l, c->seq, timers_now() + LB_RESOLVE_MS);

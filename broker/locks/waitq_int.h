@@ -1,10 +1,11 @@
 /*
- * waitq_int.h - what the three parts of the wait queue share: the waiter
+ * waitq_int.h - what the parts of the wait queue share: the waiter
  * and the wlock, the tables, and the functions each part offers the
  * others. waitq.c keeps the tables and the life of a waiter (and the API
  * of waitq.h); waitq_send.c sends acquires and withdraws and reads their
  * replies (where grants land); waitq_wake.c is the wake-up path
- * (heartbeats, inbox messages, orphans). Only these three include it.
+ * (heartbeats, inbox messages, orphans); waitq_round.c the rounds
+ * strategy (below). Only these four include it.
  *
  * A waiter's state:
  *   CHAINED      behind a pending acquire of the same (session, lock,
@@ -26,12 +27,12 @@
  * waiter stopped wanting the lock (timeout, cancel, session end, shutdown);
  * a grant that arrives after that is given back, never answered.
  *
- * Redlock (store_redlock): nothing of a waiter is queued in Redis. Each
- * acquire is a round on every master (the store merges it); a waiter whose
- * round was lost is QUEUED and `unsent`, and the lock's next round (one
- * at a time per lock, its oldest waiter first) goes on a wake from a
- * release, at the holder's expiry, after a random backoff when the vote
- * split, and at least once per safety-net interval.
+ * How a waiter waits is the store's to say (store_caps()->wait), and one of
+ * two strategies here serves it: queued (STORE_WAIT_QUEUED; the heartbeats
+ * of waitq_wake.c), or rounds (STORE_WAIT_ROUNDS; waitq_round.c): nothing
+ * of a waiter is queued in Redis, each acquire is a round of its own (the
+ * store merges it), a waiter whose round was lost is QUEUED and `unsent`,
+ * and the lock's next round goes when waitq_round.c says.
  *
  * Ownership: a waiter holds one reference on its client for its whole
  * life, plus one (counted in the client's inflight) while its acquire is
@@ -50,6 +51,7 @@
 #include "broker/base/timers.h"
 #include "broker/locks/client.h"
 #include "broker/locks/lease.h"
+#include "broker/store/store.h"
 #include "protocol/errors.h"
 #include "protocol/req.h"
 
@@ -115,7 +117,7 @@ struct waiter {
 	bool confirming;     /* granted by a reply no replica acknowledged: its
 	                      * lock's next heartbeat lists it, WAITed, to
 	                      * confirm the grant (waitq_take_grants) */
-	bool rl_token_new;   /* Redlock: its token is new, no round sent with it yet */
+	bool round_token_new; /* rounds: its token is new, no round sent with it yet */
 	timer_ent_t deadline;
 	uint64_t sent_at;
 	uint64_t created_at; /* for the acquire wait-time metric */
@@ -147,15 +149,16 @@ struct wlock {
 	waiter_t *held_head, *held_tail; /* held waiters, oldest first */
 	bool hb_again; /* woken while a heartbeat was on its way */
 	uint64_t refreshed_at; /* last heartbeat that listed the waiters, 0: none */
-	/* Redlock (store_redlock): no round before rl_not_before, unless a
-	 * wake comes and rl_wakeable (the last round found the lock held, and
-	 * a wake says it was released); rl_losses: rounds lost in a row to a
-	 * split vote (the backoff grows with it); rl_woken: a wake came. */
-	uint64_t rl_not_before;
-	bool rl_wakeable;
-	bool rl_woken;
-	unsigned rl_losses;
-	unsigned rl_splits; /* rounds in a row that got a grant and lost */
+	/* Rounds (waitq_round.c): no round before round_not_before, unless a
+	 * wake comes and round_wakeable (the last round found the lock held,
+	 * and a wake says it was released); round_losses: rounds lost in a row
+	 * to a split vote (the backoff grows with it); round_woken: a wake
+	 * came. */
+	uint64_t round_not_before;
+	bool round_wakeable;
+	bool round_woken;
+	unsigned round_losses;
+	unsigned round_splits; /* rounds in a row that got a grant and lost */
 };
 
 struct waitq_state {
@@ -180,7 +183,7 @@ wlock_t *wq_wlock_find(const char *name, size_t len);
 void wq_wlock_arm(wlock_t *wl, uint64_t at);
 void wq_held_unlink(waiter_t *w);
 void wq_waiter_free(waiter_t *w);
-/* Redlock: w takes a new token for its next round (see wq_waiter_send_now). */
+/* Rounds: w takes a new token for its next round (see wq_waiter_send_now). */
 void wq_waiter_new_token(waiter_t *w);
 /* w is answered, but a script that carries it is still on its way: it
  * waits for that reply only, out of every index a new request looks in. */
@@ -207,14 +210,27 @@ void wq_withdraw_quietly(const waiter_t *w);
 
 /* waitq_wake.c: the wake-up path. */
 /* Sends the acquires that could not be sent, then a heartbeat of wl
- * (Redlock: wq_redlock_round). */
+ * (rounds: wq_round_next). */
 void wq_wlock_heartbeat(wlock_t *wl);
-/* Redlock: the next round of wl's oldest waiter, when one may go now. */
-void wq_redlock_round(wlock_t *wl);
-/* Redlock: w's round was lost and w waits on; hint: ms until a quorum
- * may be free (0: it may be now, the vote split); fresh: a master that
- * did not grant has published a release since the round went out; split:
- * the round got a grant (others may have split the vote with it). */
-void wq_redlock_lost(waiter_t *w, int64_t hint, bool fresh, bool split);
+
+/* waitq_round.c: the rounds strategy. */
+static inline bool wq_rounds(void)
+{
+	return store_caps()->wait == STORE_WAIT_ROUNDS;
+}
+/* The next round of wl's oldest waiter, when one may go now. */
+void wq_round_next(wlock_t *wl);
+/* w's round was lost and w waits on; hint: ms until a quorum may be free
+ * (0: it may be now, the vote split); fresh: a node that did not grant
+ * has published a release since the round went out; split: the round got
+ * a grant (others may have split the vote with it). */
+void wq_round_lost(waiter_t *w, int64_t hint, bool fresh, bool split);
+/* A waiting acquire goes when no round of its lock is on its way, no
+ * older waiter waits for its round, and no backoff holds the lock back;
+ * else it waits for its turn (wq_round_next). */
+bool wq_round_may_send(const waiter_t *w);
+/* The acquires of wl that still wait on this broker (its rounds count
+ * them in Redis for inspect: lua/acquire.lua). */
+size_t wq_round_waiting(const wlock_t *wl);
 
 #endif

@@ -254,15 +254,15 @@ void wq_withdraw_quietly(const waiter_t *w)
 }
 
 /* w waits on, but its acquire did not go out or its fate is unknown: the
- * lock's next heartbeat (Redlock: round) sends it again, a safety-net
+ * lock's next heartbeat (rounds: round) sends it again, a safety-net
  * interval from now, and no wake brings that forward. */
 static void retry_at_safety_net(waiter_t *w)
 {
 	uint64_t at = timers_now() + LOCK_SAFETY_NET_MS;
 
 	w->unsent = true;
-	w->wl->rl_not_before = at; /* Redlock only */
-	w->wl->rl_wakeable = false;
+	w->wl->round_not_before = at; /* rounds only */
+	w->wl->round_wakeable = false;
 	wq_wlock_arm(w->wl, at);
 }
 
@@ -338,17 +338,17 @@ static void acquire_reply(const redisReply *r, waiter_t *w)
 
 	if (status == 1) {
 		w->state = W_QUEUED;
-		w->wl->rl_losses = 0;
-		w->wl->rl_splits = 0;
-		w->wl->rl_not_before = 0;
+		w->wl->round_losses = 0;
+		w->wl->round_splits = 0;
+		w->wl->round_not_before = 0;
 		grant_to(w, a, b, hold, w->sent_at, true);
 		return;
 	}
 	w->state = W_QUEUED;
 	w->unsent = false;
-	if (status == 0 && w->wait && w->end == WEND_NONE && store_redlock()) {
-		/* {0, retry_ms, fresh, split} (redlock_round.c) */
-		wq_redlock_lost(w, a,
+	if (status == 0 && w->wait && w->end == WEND_NONE && wq_rounds()) {
+		/* {0, retry_ms, fresh, split}: the store's merge of a round */
+		wq_round_lost(w, a,
 		                r->elements >= 3 && r->element[2]->type == REDIS_REPLY_INTEGER &&
 		                    r->element[2]->integer == 1,
 		                r->elements >= 4 && r->element[3]->type == REDIS_REPLY_INTEGER &&
@@ -393,11 +393,11 @@ static void on_acquire_reply(const redisReply *r, void *priv)
 	size_t len = wl->len;
 	uint64_t serial = wl->serial;
 
-	if (!store_redlock()) {
+	if (!wq_rounds()) {
 		acquire_reply(r, w);
 		return;
 	}
-	/* Redlock: the lock's next round may go now (wq_redlock_round says
+	/* Rounds: the lock's next round may go now (wq_round_next says
 	 * whether it may: a lost round set its time). */
 	memcpy(name, wl->name, len);
 	acquire_reply(r, w);
@@ -447,21 +447,6 @@ static void on_pointer_stored(const redisReply *r, void *priv)
 	wq_waiter_send(w);
 }
 
-/* Redlock: a waiting acquire goes when no round of its lock is on its
- * way, no older waiter waits for its round, and no backoff holds the lock
- * back; else it waits for its turn (wq_redlock_round). */
-static bool redlock_may_send(const waiter_t *w)
-{
-	const wlock_t *wl = w->wl;
-
-	if (wl->acq_inflight > 0 || timers_now() < wl->rl_not_before)
-		return false;
-	for (const waiter_t *o = wl->head; o && o != w; o = o->wl_next)
-		if (o->state == W_QUEUED && o->unsent && o->end == WEND_NONE)
-			return false;
-	return true;
-}
-
 /* Sends w's acquire, or holds it (see ACQUIRE_INFLIGHT_MAX) behind the
  * lock's other held waiters. */
 void wq_waiter_send(waiter_t *w)
@@ -469,17 +454,17 @@ void wq_waiter_send(waiter_t *w)
 	wlock_t *wl = w->wl;
 
 	REQUIRE(!w->held);
-	if (store_redlock() && w->wait && !redlock_may_send(w)) {
+	if (wq_rounds() && w->wait && !wq_round_may_send(w)) {
 		w->state = W_QUEUED;
 		w->unsent = true;
-		wq_wlock_arm(wl, wl->rl_not_before > timers_now() ? wl->rl_not_before
-		                                                   : timers_now() + LOCK_SAFETY_NET_MS);
+		wq_wlock_arm(wl, wl->round_not_before > timers_now() ? wl->round_not_before
+		                                                      : timers_now() + LOCK_SAFETY_NET_MS);
 		return;
 	}
 	/* A try goes out at once: it answers now and queues nothing, so it
 	 * holds up no other broker's wake-up, and held it could wait for a
 	 * burst of others to be answered first. */
-	if ((w->detach && !w->pointer_set) || !w->wait || store_redlock() ||
+	if ((w->detach && !w->pointer_set) || !w->wait || wq_rounds() ||
 	    (wl->acq_inflight < ACQUIRE_INFLIGHT_MAX && !wl->held_head)) {
 		wq_waiter_send_now(w);
 		return;
@@ -523,17 +508,6 @@ static void send_held(wlock_t *wl)
 	}
 }
 
-/* Redlock: the acquires of wl that still wait on this broker (its rounds
- * count them in Redis for inspect: lua/acquire.lua). */
-static size_t waiting_on(const wlock_t *wl)
-{
-	size_t n = 0;
-
-	for (const waiter_t *k = wl->head; k; k = k->wl_next)
-		n += k->wait && k->end == WEND_NONE && k->state != W_DONE && !k->granted;
-	return n;
-}
-
 /* Sends w's acquire (for a detached one, its token -> name pointer first:
  * the token must be usable on any broker the moment the client learns it;
  * the pointer names the lock only and expires by itself). */
@@ -543,14 +517,14 @@ void wq_waiter_send_now(waiter_t *w)
 	lockscript_t ls;
 	int rc;
 
-	/* Redlock: every round has its own token. What a lost round left on a
-	 * master is given back by token (redlock.c: a grant that comes after
-	 * the round was lost is undone again), and that must never take back
-	 * the grant of a later round that won. A detached waiter stores the
-	 * new token's pointer first. */
-	if (store_redlock() && w->was_sent && !w->rl_token_new) {
+	/* Rounds: every round has its own token. What a lost round left on a
+	 * node is given back by token (the store undoes a grant that comes
+	 * after the round was lost), and that must never take back the grant
+	 * of a later round that won. A detached waiter stores the new token's
+	 * pointer first. */
+	if (wq_rounds() && w->was_sent && !w->round_token_new) {
 		wq_waiter_new_token(w);
-		w->rl_token_new = true;
+		w->round_token_new = true;
 		w->pointer_set = false;
 	}
 
@@ -575,11 +549,11 @@ void wq_waiter_send_now(waiter_t *w)
 		lockscript_arg(&ls, w->owner, w->owner_len);
 		lockscript_arg(&ls, s->label ? s->label : "", s->label ? s->label_len : 0);
 		lockscript_int(&ls, w->max_hold_ms);
-		lockscript_str(&ls, store_redlock() ? (w->wait ? "r" : "R") : w->wait ? "1" : "0");
+		lockscript_str(&ls, wq_rounds() ? (w->wait ? "r" : "R") : w->wait ? "1" : "0");
 		lockscript_str(&ls, w->fair ? "1" : "0");
 		lockscript_int(&ls, server.cfg->max_queue);
-		if (store_redlock() && w->wait)
-			lockscript_int(&ls, (int64_t)waiting_on(w->wl)); /* inspect counts them */
+		if (wq_rounds() && w->wait)
+			lockscript_int(&ls, (int64_t)wq_round_waiting(w->wl)); /* inspect counts them */
 		else
 			lockscript_str(&ls, "1"); /* read with 'r' only */
 		lockscript_arg(&ls, w->value ? w->value : "", w->value_len);
@@ -599,11 +573,11 @@ void wq_waiter_send_now(waiter_t *w)
 			w->wl->acq_inflight++;
 			w->was_sent = true;
 		}
-		if (store_redlock()) {
+		if (wq_rounds()) {
 			/* Refused as a whole, it may still have gone to some
-			 * masters (undone there): the token is spent either way. */
+			 * nodes (undone there): the token is spent either way. */
 			w->was_sent = true;
-			w->rl_token_new = false;
+			w->round_token_new = false;
 		}
 	}
 	if (rc == 0)

@@ -15,81 +15,9 @@
 #include "broker/base/counters.h"
 #include "broker/base/log.h"
 #include "broker/base/shared.h"
-#include "broker/base/random.h"
 #include "broker/locks/lockstat.h"
 #include "broker/locks/waitq_int.h"
 #include "broker/store/lockscript.h"
-
-/* ---- Redlock: rounds instead of a queue ------------------------------------ */
-
-/* A split vote backs off a random while below RL_BACKOFF_MS << losses
- * (at most << RL_BACKOFF_SHIFT_MAX); a lock held by another is tried
- * again at its holder's expiry plus up to RL_JITTER_MS, or on a wake. */
-#define RL_BACKOFF_MS 4
-#define RL_BACKOFF_SHIFT_MAX 5
-#define RL_JITTER_MS 5
-/* Rounds in a row that got a grant and lost before the next backs off:
- * one such loss is most often a rival that won (it holds the others). */
-#define RL_SPLITS_BACK_OFF 3
-
-void wq_redlock_lost(waiter_t *w, int64_t hint, bool fresh, bool split)
-{
-	wlock_t *wl = w->wl;
-	uint64_t now = timers_now(), at;
-
-	w->unsent = true;
-	wl->rl_splits = split ? wl->rl_splits + 1 : 0;
-	if (hint <= 0 || wl->rl_splits >= RL_SPLITS_BACK_OFF) {
-		/* The vote split: a quorum may be free now, or rounds that got
-		 * a grant lost RL_SPLITS_BACK_OFF times in a row (its rivals'
-		 * fresh grants look held, so their wakes would bring them all
-		 * back together). A random while, growing with the losses, so
-		 * that brokers woken together do not meet again. */
-		unsigned k = hint <= 0 ? wl->rl_losses++ : wl->rl_splits - RL_SPLITS_BACK_OFF;
-		unsigned shift = k < RL_BACKOFF_SHIFT_MAX ? k : RL_BACKOFF_SHIFT_MAX;
-		at = now + 1 + random_below((uint32_t)RL_BACKOFF_MS << shift);
-		wl->rl_wakeable = false;
-	} else {
-		/* A master that refused it published a release since it went
-		 * out: again at once. Else at the next wake, or the expiry. */
-		at = fresh ? now : now + (uint64_t)hint + 1 + random_below(RL_JITTER_MS);
-		wl->rl_wakeable = true;
-	}
-	wl->hb_again = false;
-	if (at > now + LOCK_SAFETY_NET_MS)
-		at = now + LOCK_SAFETY_NET_MS;
-	wl->rl_not_before = at;
-	timer_at(&wl->timer, at);
-}
-
-void wq_redlock_round(wlock_t *wl)
-{
-	uint64_t now = timers_now();
-	bool woken = wl->rl_woken || wl->hb_again;
-	waiter_t *next = NULL;
-
-	wl->rl_woken = false;
-	wl->hb_again = false;
-	for (waiter_t *w = wl->head; w && !next; w = w->wl_next)
-		if (w->state == W_QUEUED && w->unsent && w->end == WEND_NONE)
-			next = w;
-	if (!next)
-		return;
-	if (wl->acq_inflight > 0) {
-		/* Its reply decides: a waiter's lost round says whether a wake
-		 * meanwhile was news (redlock_round.c's fresh) and drops this; after
-		 * a try's, the next round takes it. */
-		wl->hb_again = woken;
-		return;
-	}
-	if (now < wl->rl_not_before && !(woken && wl->rl_wakeable)) {
-		timer_at(&wl->timer, wl->rl_not_before);
-		return;
-	}
-	wl->rl_not_before = 0;
-	timer_at(&wl->timer, now + LOCK_SAFETY_NET_MS); /* the safety net */
-	wq_waiter_send_now(next);
-}
 
 /* ---- heartbeats ---------------------------------------------------------- */
 
@@ -188,8 +116,8 @@ void wq_wlock_heartbeat(wlock_t *wl)
 	bool sending = false, queued = false;
 	uint64_t now = timers_now();
 
-	if (store_redlock()) {
-		wq_redlock_round(wl);
+	if (wq_rounds()) {
+		wq_round_next(wl);
 		return;
 	}
 	for (waiter_t *w = wl->head, *next; w; w = next) {
@@ -297,9 +225,9 @@ void waitq_on_message(const char *name, size_t len)
 
 	if (wl) {
 		lockstat_wake(name, len);
-		wl->rl_woken = true; /* Redlock's only: see wq_redlock_round */
+		wl->round_woken = true; /* rounds only: see wq_round_next */
 		wq_wlock_heartbeat(wl);
-	} else if (len > 0 && len <= REQ_LOCK_MAX_BYTES && !store_redlock())
+	} else if (len > 0 && len <= REQ_LOCK_MAX_BYTES && !wq_rounds())
 		drop_orphans(name, len);
 }
 

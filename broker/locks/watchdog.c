@@ -87,8 +87,8 @@ void watchdog_schedule(lease_t *l, uint64_t sent_at)
 
 /* Every level of l is on its way out (releases sent, not answered): a
  * check or renewal that finds it gone may have run behind the release on
- * some master (Redlock merges masters' answers, so a quorum of "gone" can
- * come before the release's own quorum). The release's reply tells what
+ * some node (a store that merges nodes' answers can hear a quorum of
+ * "gone" before the release's own quorum). The release's reply tells what
  * happened: released, or lost (gone) and not_held. */
 static bool ending(const lease_t *l)
 {
@@ -135,8 +135,8 @@ out:
 	free(r);
 }
 
-/* Redlock: what a master that lost the lease (it restarted empty) needs to
- * hold it again while the lock is free there (lua/lib/prelude.lua's
+/* store_caps()->retake: what a node that lost the lease (it restarted
+ * empty) needs to hold it again while the lock is free there (lua/lib/prelude.lua's
  * retake_solo), besides the count and its op seq: the fence, the labels
  * and the max hold left. Not while a release that may free the lease is on its
  * way: Redis runs it first, and a retake behind it would hold the lock
@@ -158,7 +158,7 @@ static void value_arg(lockscript_t *ls, const lease_t *l)
 
 static bool may_retake(const lease_t *l)
 {
-	return store_redlock() && l->releasing == 0 && l->count > 0;
+	return store_caps()->retake && l->releasing == 0 && l->count > 0;
 }
 
 static void renew(lease_t *l, uint64_t now)
@@ -204,8 +204,8 @@ static void on_verified(const redisReply *reply, void *priv)
 		l->verify_pass = 0;
 	else if (gated)
 		l = NULL; /* already lost at the deadline */
-	/* A master that left the map (Redis Cluster) vouches for nothing:
-	 * taken as no answer (store_replicated). */
+	/* A master the store no longer serves from (it left the slot map)
+	 * vouches for nothing: taken as no answer (store_replicated). */
 	if (l && !store_reply_failed(reply) && store_replicated() && reply->type == REDIS_REPLY_ARRAY &&
 	    reply->elements == 2 && reply->element[0]->type == REDIS_REPLY_INTEGER &&
 	    reply->element[1]->type == REDIS_REPLY_INTEGER) {
@@ -313,8 +313,8 @@ void watchdog_verify_all(bool gated, bool failover, void (*done)(void))
 	/* A pass still under way is superseded, not dropped: this one asks
 	 * about every lease again, so it takes over the other's failover
 	 * rules and its done (a store closed for the other's check stays
-	 * closed until this one ends). Redis Cluster: one master's failover
-	 * and another's lost data may overlap. */
+	 * closed until this one ends). With several masters, one master's
+	 * failover and another's lost data may overlap. */
 	if (open && V.gated)
 		gated = true;
 	if (open && V.failover)

@@ -10,6 +10,7 @@
 #include "broker/store/store.h"
 
 typedef struct store_backend {
+	const store_caps_t *caps; /* store_caps */
 	void (*start)(uv_loop_t *loop, const lb_config_t *cfg, const store_events_t *events);
 	void (*close)(void);
 	void (*free)(void);

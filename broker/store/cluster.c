@@ -976,7 +976,10 @@ static size_t cluster_masters(store_master_t *out, size_t max)
 	return n;
 }
 
+static const store_caps_t cluster_caps = {.wait = STORE_WAIT_QUEUED};
+
 const store_backend_t store_cluster_backend = {
+	.caps = &cluster_caps,
 	.start = cluster_start,
 	.close = cluster_close,
 	.free = cluster_free,

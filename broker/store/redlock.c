@@ -24,7 +24,7 @@
  * (a try that marks the lock, see lua/acquire.lua), and the release that
  * frees a marked lock publishes its name on P "redlock:wake", which this
  * backend subscribes to on every master (the locks layer then runs a new
- * round; see waitq_wake.c). Fairness across brokers is best effort.
+ * round; see waitq_round.c). Fairness across brokers is best effort.
  *
  * Every other call is merged by what its reply means (redlock_merge.c):
  *   extend, verify, reenter, proclaim: held when a quorum says so, for the
@@ -457,7 +457,19 @@ static size_t redlock_masters(store_master_t *out, size_t max)
 	return (size_t)redlock.n;
 }
 
+/* Waiters go in rounds: a queue on independent masters would be N
+ * queues, in N orders. Shared locks and semaphores would need their
+ * holders counted by a majority, which the merge of replies does not do.
+ * A master that restarted empty takes a lease again when it renews. */
+static const store_caps_t redlock_caps = {
+	.wait = STORE_WAIT_ROUNDS,
+	.exclusive_only = "Redlock mode (--redlock) serves exclusive locks only: mode \"shared\" "
+	                  "and limit are not supported",
+	.retake = true,
+};
+
 const store_backend_t store_redlock_backend = {
+	.caps = &redlock_caps,
 	.start = redlock_start,
 	.close = redlock_close,
 	.free = redlock_free,

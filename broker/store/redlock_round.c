@@ -113,7 +113,7 @@ static void lose(rl_call_t *c)
 		/* When a quorum may be free: the quorum-th smallest wait;
 		 * fresh (above); and whether it got a grant and still lost: the
 		 * vote may have split with others, whose fresh grants look held
-		 * for a whole TTL (waitq_wake.c backs off when that repeats). */
+		 * for a whole TTL (waitq_round.c backs off when that repeats). */
 		int64_t hint = rl_kth_largest(retry, nretry, c->n - c->quorum + 1);
 		rl_deliver(c, rl_ints(&b, 4, 0, hint, fresh, taken));
 	}

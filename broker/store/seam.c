@@ -88,9 +88,11 @@ const char *store_mode(void)
 	return mode;
 }
 
-bool store_redlock(void)
+const store_caps_t *store_caps(void)
 {
-	return B == &store_redlock_backend;
+	static const store_caps_t none = {.wait = STORE_WAIT_QUEUED};
+
+	return B ? B->caps : &none;
 }
 
 bool store_replicated(void)

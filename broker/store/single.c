@@ -182,7 +182,10 @@ static size_t single_masters(store_master_t *out, size_t max)
 	return 0;
 }
 
+static const store_caps_t single_caps = {.wait = STORE_WAIT_QUEUED};
+
 const store_backend_t store_single_backend = {
+	.caps = &single_caps,
 	.start = single_start,
 	.close = single_close,
 	.free = single_free,

@@ -124,10 +124,44 @@ size_t store_inspect_masters(int *holds, size_t max);
 const char *store_notice_channel(void);
 /* "single", "sentinel", "cluster" or "redlock": how locks are kept. */
 const char *store_mode(void);
-/* True with --redlock (redlock.c): waiters do not queue in Redis; each
- * acquire is a round on every master (wait 'r' in lua/acquire.lua), woken
- * by on_wake when a release frees the lock; exclusive locks only. */
-bool store_redlock(void);
+/* What the store can serve, the way locks/ needs to know it: locks/ picks
+ * its waiting strategy, the modes it takes and its renewals by these,
+ * never by the store's name (tests/deps_check.sh forbids store names in
+ * locks/).
+ *
+ * wait: how waiters wait.
+ *   STORE_WAIT_QUEUED  in a queue in Redis (wait '1' in lua/acquire.lua),
+ *                      first come first served across every broker; each
+ *                      lock's heartbeats keep this broker's waiters there
+ *                      and take their grants; a wake for a lock with no
+ *                      waiter here drops this broker's orphans there.
+ *                      single, sentinel, cluster.
+ *   STORE_WAIT_ROUNDS  nothing of a waiter stays in Redis: each acquire is
+ *                      a round of its own (wait 'r', a try 'R') that the
+ *                      store merges from independent nodes, one round per
+ *                      lock at a time from this broker, each round with a
+ *                      new token (what a lost round left is given back by
+ *                      token); the next round goes on a wake that a release
+ *                      published, at the holder's expiry, after a random
+ *                      backoff when the vote split. redlock.
+ * exclusive_only: NULL when every mode is served; else why only exclusive
+ *   locks are (the message of invalid_argument for shared and limit).
+ * retake: a renewal or check that finds its lease gone on a node where the
+ *   lock is free takes it again there (the lease is the same everywhere
+ *   else; retake_solo in lua/lib/prelude.lua): nodes that restart empty
+ *   each count in a quorum. redlock. */
+typedef enum store_wait {
+	STORE_WAIT_QUEUED,
+	STORE_WAIT_ROUNDS,
+} store_wait_t;
+
+typedef struct store_caps {
+	store_wait_t wait;
+	const char *exclusive_only;
+	bool retake;
+} store_caps_t;
+
+const store_caps_t *store_caps(void);
 
 /* False while a callback runs for a lock's call whose writes
  * --redis-wait-replicas replicas did not acknowledge within
