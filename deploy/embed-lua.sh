@@ -13,8 +13,20 @@ set -eu
 # A script with a line "--@scripts" (lua/batch.lua) gets no prelude: that
 # line becomes every other script of SCRIPTS..., each assembled whole as
 # a function of its own KEYS and ARGV: S['name'] = function(KEYS, ARGV)
-# ... end.
+# ... end. A line "--@include NAME" (lua/batch_slots.lua) becomes
+# lua/NAME.lua, assembled as it would be alone; such a script is no
+# script of a batch either.
 assemble() { # PRELUDE SCRIPT [SCRIPTS...]
+	if grep -q -- '^--@include ' "$2"; then
+		p=$1; b=$2; shift 2
+		while IFS= read -r line; do
+			case "$line" in
+			--@include\ *) assemble "$p" "$(dirname "$b")/${line#--@include }.lua" "$@" ;;
+			*) printf '%s\n' "$line" ;;
+			esac
+		done < "$b"
+		return 0
+	fi
 	if grep -qx -- '--@scripts' "$2"; then
 		p=$1; b=$2; shift 2
 		while IFS= read -r line; do
@@ -25,6 +37,7 @@ assemble() { # PRELUDE SCRIPT [SCRIPTS...]
 			for f in "$@"; do
 				[ "$f" = "$b" ] && continue
 				grep -qx -- '--@scripts' "$f" && continue
+				grep -q -- '^--@include ' "$f" && continue
 				printf "S['%s'] = function(KEYS, ARGV)\n" "$(basename "$f" .lua)"
 				assemble "$p" "$f"
 				printf 'end\n'

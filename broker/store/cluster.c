@@ -16,6 +16,11 @@
  *   TRYAGAIN, CLUSTERDOWN
  *             (keys of the slot half moved; no quorum) the call goes again
  *             after a backoff;
+ *   LBSLOT    a batch (rpool batch_slots: the calls of one turn to one
+ *             master, of any of its slots, in one lua/batch_slots.lua)
+ *             found the call's slot not served there now and ran nothing
+ *             of it: it goes again at once, alone for good (RP_ALONE), to
+ *             hear which of the above it is;
  * all within the call's budget: the latest of its deadline (store.h: how
  * long the call is worth waiting for), its retry_until, and
  * REDIRECT_BUDGET_MS (each of these replies says the script did not run,
@@ -125,6 +130,7 @@ struct ccall {
 	bool replayed;        /* a copy went out whose fate is unknown */
 	bool in_later;        /* in C.later */
 	bool parked;          /* there behind an earlier call of its route, no timer */
+	bool alone;           /* a batch answered it LBSLOT: it goes alone (RP_ALONE) */
 	struct ccall *prev, *next; /* in C.later, while waiting */
 	timer_ent_t later;
 	const char **argv;
@@ -371,6 +377,8 @@ static int pool_new(const char *host, int port, bool failover)
 		.on_lost = on_pool_lost,
 		.wait_replicas = C.cfg->redis_wait_replicas,
 		.wait_ms = C.cfg->redis_wait_ms,
+		.batch_max = C.cfg->redis_batch_max,
+		.batch_slots = true,
 	};
 	rpool_inbox_t inbox;
 	struct cpool *p;
@@ -742,6 +750,18 @@ static void reply_to(struct ccall *cc, const redisReply *reply)
 		finish(cc, reply);
 		return;
 	}
+	if (reply && error_is(reply, "LBSLOT") && !cc->alone) {
+		/* Its batch found its slot not served here now, before it ran
+		 * (lua/batch.lua): alone, it hears MOVED, ASK, TRYAGAIN or
+		 * CLUSTERDOWN and follows it as above. At once: the first time
+		 * it counts as no redirect. */
+		cc->alone = true;
+		if (send_call(cc) == 0 || retry_later(cc))
+			return;
+		give_up(cc, reply);
+		finish(cc, reply);
+		return;
+	}
 	if (reply && (error_is(reply, "TRYAGAIN") || error_is(reply, "CLUSTERDOWN"))) {
 		if (error_is(reply, "CLUSTERDOWN"))
 			cluster_topo_refresh();
@@ -771,7 +791,7 @@ static int send_call(struct ccall *cc)
 	if (cc->ask >= 0 && (!C.pools[cc->ask] || C.pools[cc->ask]->slots < 0))
 		cc->ask = -1; /* the node it was sent to is gone: the map says */
 	k = cc->ask >= 0 ? cc->ask : C.owner[cc->slot];
-	wait = cc->wait | (cc->ask >= 0 ? RP_ASKING : 0);
+	wait = cc->wait | (cc->ask >= 0 ? RP_ASKING : 0) | (cc->alone ? RP_ALONE : 0);
 
 	if (k < 0 || !C.pools[k] || C.pools[k]->slots < 0)
 		return -1;

@@ -479,6 +479,8 @@ static void rconn_open(rconn_t *c, const char *host)
 	c->handshake_left++;
 	redisAsyncCommand(ac, on_handshake, (void *)STEP_INFO, "INFO server");
 	for (int id = 0; id < SCRIPT__COUNT; id++) {
+		if (!rp_pool_loads(pool, id))
+			continue;
 		c->handshake_left++;
 		rp_send_script_load(ac, on_handshake, (void *)(intptr_t)id, id);
 	}
@@ -576,6 +578,7 @@ rpool_t *rpool_new(uv_loop_t *loop, const redis_addr_t *addr, int n, const char 
 	pool->require_master = cb->require_master;
 	pool->cmd_timeout_ms = COMMAND_TIMEOUT_MS;
 	pool->batch_max = cb->batch_max;
+	pool->batch_slots = cb->batch_slots;
 	if (cb->wait_replicas > 0) {
 		char n[16], t[24];
 		int nl = snprintf(n, sizeof(n), "%d", cb->wait_replicas);

@@ -75,6 +75,12 @@ typedef struct rpool_callbacks {
 	 * 0 or 1: each alone, at once. Each call of a batch is answered,
 	 * sent again and failed as it would be alone (rpool_cmd.c). */
 	int batch_max;
+	/* Batches name the keys of several slots (a Redis Cluster master):
+	 * lua/batch_slots.lua, keys passed as args, each call checked against
+	 * the slots the node serves first (a call that fails that check is
+	 * answered "LBSLOT ..." without having run: the caller sends it again
+	 * with RP_ALONE). Needs Redis 7. */
+	bool batch_slots;
 } rpool_callbacks_t;
 
 /* Starts connecting n command connections to addr (which must outlive the
@@ -151,6 +157,9 @@ enum { RP_NO_WAIT, RP_WAIT, RP_UNACKED };
  * time it is sent (Redis Cluster's ASK redirect: the slot is being
  * imported there). */
 #define RP_ASKING 8
+/* Or'ed into wait: never in a batch (a call a batch answered LBSLOT, sent
+ * again alone to hear what the cluster says of its slot). */
+#define RP_ALONE 16
 int rpool_eval(rpool_t *p, uint32_t route, script_id_t script, int nkeys, int argc,
                const char *const *argv, const size_t *argvlen,
                store_fn fn, void *priv, uint64_t retry_until, int wait, int floor_arg);

@@ -45,7 +45,9 @@
  * resent and fails the rest, and a NOSCRIPT keeps them all, in order, for
  * after the reload. A WAIT goes behind the batch when a call of it wants
  * one; those calls' replies wait for it. ASKING (Redis Cluster) goes
- * before a call alone, never a batch.
+ * before a call alone, never a batch, and a call sent with RP_ALONE never
+ * goes in one. batch_slots (a Redis Cluster master): lua/batch_slots.lua,
+ * the calls' keys passed as args (see rpool.h).
  */
 #include "broker/store/redis_uv.h"
 #include "broker/store/rpool.h"
@@ -399,11 +401,17 @@ static void send_failed(rcmd_t *cmd)
 	wait_or_fail(cmd);
 }
 
-/* The batch of the n calls at the head of c's queue, in order. */
+/* The batch of the n calls at the head of c's queue, in order: EVALSHA
+ * of the pool's batch script; ARGV n, then 'k' (every call's keys are
+ * KEYS, in order) or, batch_slots, 's' (no key declared: each call's keys
+ * follow its counts); then per call its script's name, its number of
+ * keys and of args, ('s': its keys,) its args (lua/batch.lua). */
 static rcmd_t *batch_make(rconn_t *c, int n)
 {
 	rpool_t *pool = c->pool;
-	size_t total = 0, nkeys = 0, nbulks = 4;
+	script_id_t script = rp_batch_script(pool);
+	bool slots = pool->batch_slots;
+	size_t total = 0, nkeys = 0, nbulks = 5;
 	rcmd_t *b, *k;
 	char *p, num[24];
 	int i = 0;
@@ -413,10 +421,10 @@ static rcmd_t *batch_make(rconn_t *c, int n)
 		nkeys += k->nkeys;
 		nbulks += (size_t)k->nkeys + 3 + k->nargs;
 	}
-	total += 24 + 5 * 25 + 7 + 40 + 1;
+	total += 24 + 5 * 25 + 7 + 40 + 8 + 1;
 	b = xcalloc(1, sizeof(*b) + total);
 	b->pool = pool;
-	b->script = SCRIPT_BATCH;
+	b->script = script;
 	timer_init(&b->give_up, on_give_up);
 	b->sub = xmalloc((size_t)n * sizeof(*b->sub));
 	b->nsub = n;
@@ -434,20 +442,25 @@ static rcmd_t *batch_make(rconn_t *c, int n)
 	*p++ = '\r';
 	*p++ = '\n';
 	p = put_bulk(p, "EVALSHA", 7);
-	p = put_bulk(p, rp_sha[SCRIPT_BATCH], 40);
-	p = put_bulk(p, num, (size_t)(put_uint(num, nkeys) - num));
-	for (i = 0; i < n; i++) {
+	p = put_bulk(p, rp_sha[script], 40);
+	p = put_bulk(p, num, (size_t)(put_uint(num, slots ? 0 : nkeys) - num));
+	for (i = 0; i < n && !slots; i++) {
 		rcmd_t *cmd = b->sub[i];
 		memcpy(p, cmd->resp + cmd->keys_off, cmd->args_off - cmd->keys_off);
 		p += cmd->args_off - cmd->keys_off;
 	}
 	p = put_bulk(p, num, (size_t)(put_uint(num, (size_t)n) - num));
+	p = put_bulk(p, slots ? "s" : "k", 1);
 	for (i = 0; i < n; i++) {
 		rcmd_t *cmd = b->sub[i];
 		const char *name = script_get(cmd->script)->name;
 		p = put_bulk(p, name, strlen(name));
 		p = put_bulk(p, num, (size_t)(put_uint(num, cmd->nkeys) - num));
 		p = put_bulk(p, num, (size_t)(put_uint(num, cmd->nargs) - num));
+		if (slots) {
+			memcpy(p, cmd->resp + cmd->keys_off, cmd->args_off - cmd->keys_off);
+			p += cmd->args_off - cmd->keys_off;
+		}
 		memcpy(p, cmd->resp + cmd->args_off, cmd->len - cmd->args_off);
 		p += cmd->len - cmd->args_off;
 	}
@@ -464,15 +477,16 @@ static void batch_free(rcmd_t *b)
 }
 
 /* The calls at the head of c's queue that may go in one batch (none
- * with ASKING, which must go right before its call alone). */
+ * with ASKING, which must go right before its call alone, nor one sent
+ * alone on purpose: RP_ALONE). */
 static int batch_run(const rconn_t *c)
 {
 	int n = 0;
 
-	if (!rp_sha[SCRIPT_BATCH][0])
+	if (!rp_sha[rp_batch_script(c->pool)][0])
 		return 0;
 	for (const rcmd_t *k = c->outq.head; k && n < c->pool->batch_max; k = k->next, n++) {
-		if (k->asking)
+		if (k->asking || k->alone)
 			break;
 	}
 	return n;
@@ -616,7 +630,8 @@ static void reload_when_quiet(rconn_t *c)
 		return;
 	LOG(LOG_WARN, "msg=\"redis lost its scripts; loading them again\" conn=%d", c->idx);
 	for (int id = 0; id < SCRIPT__COUNT; id++)
-		rp_send_script_load(c->ac, NULL, NULL, id);
+		if (rp_pool_loads(c->pool, id))
+			rp_send_script_load(c->ac, NULL, NULL, id);
 	c->reloading = false;
 	while ((cmd = rp_list_pop(&c->redo)) != NULL)
 		if (conn_send(c, cmd) < 0)
@@ -828,7 +843,8 @@ int rpool_eval(rpool_t *pool, uint32_t route, script_id_t script, int nkeys, int
 	cmd->replayed = false;
 	cmd->pinned = false;
 	cmd->asking = (wait & RP_ASKING) != 0;
-	wait &= ~RP_ASKING;
+	cmd->alone = (wait & RP_ALONE) != 0;
+	wait &= ~(RP_ASKING | RP_ALONE);
 	cmd->wait = wait == RP_WAIT;
 	cmd->unacked = wait == RP_UNACKED && pool->wait_replicas > 0;
 	cmd->check = check;

@@ -107,6 +107,7 @@ struct rcmd {
 	bool unacked;         /* RP_UNACKED with WAIT on: delivered as not acknowledged */
 	bool check;           /* part of the check after a failover: passes the gate */
 	bool asking;          /* ASKING goes before it (RP_ASKING) */
+	bool alone;           /* never in a batch (RP_ALONE) */
 	size_t floor_off;     /* the fence floor's digits in resp (FLOOR_DIGITS), or 0 */
 	uint32_t keys_off;    /* where its key bulks start in resp */
 	uint32_t args_off;    /* where its other args' bulks start in resp */
@@ -179,6 +180,7 @@ struct rpool_state {
 	htab_t pins;
 	uint64_t seqs; /* the last command seq handed out */
 	int batch_max;          /* rpool_callbacks_t's; < 2: no batches */
+	bool batch_slots;       /* rpool_callbacks_t's */
 	bool dirty;             /* some connection's outq is not empty */
 	struct rpool_state *next_dirty; /* in the list rpool_flush goes through */
 };
@@ -205,6 +207,17 @@ extern char rp_sha[SCRIPT__COUNT][41];
 /* c takes commands: READY, and hiredis is not tearing its context down. */
 bool rp_usable(const rconn_t *c);
 void rp_send_script_load(redisAsyncContext *ac, redisCallbackFn *fn, void *priv, script_id_t id);
+/* The batch script of pool's batches. */
+static inline script_id_t rp_batch_script(const rpool_t *pool)
+{
+	return pool->batch_slots ? SCRIPT_BATCH_SLOTS : SCRIPT_BATCH;
+}
+/* Whether pool's connections load script id (lua/batch_slots.lua needs
+ * Redis 7: only where it is used). */
+static inline bool rp_pool_loads(const rpool_t *pool, int id)
+{
+	return id != SCRIPT_BATCH_SLOTS || pool->batch_slots;
+}
 
 /* rpool_cmd.c: the commands. */
 void rp_list_push(cmdlist_t *l, rcmd_t *cmd);

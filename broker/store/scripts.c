@@ -11,6 +11,7 @@
 static const char *const script_names[SCRIPT__COUNT] = {
 	[SCRIPT_ACQUIRE] = "acquire",
 	[SCRIPT_BATCH] = "batch",
+	[SCRIPT_BATCH_SLOTS] = "batch_slots",
 	[SCRIPT_CANARY] = "canary",
 	[SCRIPT_EXTEND] = "extend",
 	[SCRIPT_FENCE] = "fence",

@@ -21,6 +21,7 @@ extern const size_t script_source_count;
 typedef enum script_id {
 	SCRIPT_ACQUIRE,
 	SCRIPT_BATCH,
+	SCRIPT_BATCH_SLOTS, /* Redis 7: loaded only where a pool batches across slots */
 	SCRIPT_CANARY,
 	SCRIPT_EXTEND,
 	SCRIPT_FENCE,

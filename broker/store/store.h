@@ -22,12 +22,16 @@
  *     at store_flush as one script call (lua/batch.lua runs them in order,
  *     each as alone; --redis-batch-max), each answered, resent and failed
  *     as it would be alone (rpool_cmd.c). Per connection with single and
- *     sentinel, per master connection with redlock. cluster: each call
- *     alone, for now: a script's declared keys must share one slot, and
- *     a batch across the slots of a master would declare none
- *     (allow-cross-slot-keys), so that a slot on the move would fail
- *     inside the script rather than as MOVED/ASK for the call. locks/
- *     knows nothing of it.
+ *     sentinel, per master connection with redlock. cluster: per master
+ *     connection too, across the slots of that master
+ *     (lua/batch_slots.lua: allow-cross-slot-keys, no key declared, since
+ *     declared keys of two slots are CROSSSLOT even with the flag). Each
+ *     call is first checked against the slots the node serves now (one
+ *     EXISTS of its keys); a call whose slot moved, is on the move or is
+ *     down runs nowhere in the batch and goes again alone, to hear MOVED,
+ *     ASK, TRYAGAIN or CLUSTERDOWN (cluster.c). The price during a slot
+ *     move: one more round trip for the calls of that slot. locks/ knows
+ *     nothing of it.
  *
  * Backends behind this header (seam.c picks one by the URL's kind and
  * passes every call to it: backend.h):

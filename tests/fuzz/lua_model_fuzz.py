@@ -15,11 +15,13 @@ the calls returned and against Redis itself:
 - every key has a TTL, and none ends before the holder or waiter that
   needs it (header past the holders, holder keys, queue keys past the
   last heartbeat deadline).
-Usage: lua_model_fuzz.py SOCKET SCRIPTDIR SEED STEPS [batched]
+Usage: lua_model_fuzz.py SOCKET SCRIPTDIR SEED STEPS [batched|slots]
 With "batched", every call goes inside a batch (lua/batch.lua, as the
 broker sends the calls of one loop turn), between 0-2 reads (inspect) of
 the locks placed at random before and after it, and its element of the
 batch's reply is taken as its reply (an error element as its error).
+With "slots", the same through lua/batch_slots.lua (a Redis Cluster
+master's batches: no key declared, each call's keys passed as args).
 (tests/fuzz/run.sh starts a private Redis and assembles the scripts.)
 Exit 0 and "ok SEED" when clean; 1 and the violation with the lock's keys.
 """
@@ -84,10 +86,13 @@ class Batched(R):
             read = ('inspect', keys7(brnd.choice(['A', 'B'])), [])
             calls.insert(brnd.randint(0, len(calls)), read)
         me = [k for k, c in enumerate(calls) if c == calls_mine][0]
-        keys, args = [], [len(calls)]
+        keys, args = [], [len(calls), 's' if slots else 'k']
         for n, ks, xs in calls:
-            keys += ks
-            args += [n, len(ks), len(xs)] + xs
+            if slots:  # batch_slots.lua: no key declared, each call's after its counts
+                args += [n, len(ks), len(xs)] + ks + xs
+            else:
+                keys += ks
+                args += [n, len(ks), len(xs)] + xs
         out = b'*%d\r\n' % (3 + len(keys) + len(args))
         for x in ['EVALSHA', sha['batch'], len(keys)] + keys + args:
             x = x if isinstance(x, bytes) else str(x).encode()
@@ -104,7 +109,8 @@ class Batched(R):
 
 
 sock, scriptdir, seed, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-batched = len(sys.argv) > 5 and sys.argv[5] == 'batched'
+batched = len(sys.argv) > 5 and sys.argv[5] in ('batched', 'slots')
+slots = len(sys.argv) > 5 and sys.argv[5] == 'slots'
 brnd = random.Random(seed * 7919)
 r = Batched(sock) if batched else R(sock)
 r.cmd('FLUSHALL')
@@ -113,7 +119,7 @@ for n in ['acquire', 'release', 'extend', 'reenter', 'heartbeat', 'withdraw', 'i
     with open('%s/%s.lua' % (scriptdir, n)) as fh:
         sha[n] = r.cmd('SCRIPT', 'LOAD', fh.read())
 if batched:
-    with open('%s/batch.lua' % scriptdir) as fh:
+    with open('%s/%s.lua' % (scriptdir, 'batch_slots' if slots else 'batch')) as fh:
         sha['batch'] = r.cmd('SCRIPT', 'LOAD', fh.read())
 by_sha = {v: k for k, v in sha.items()}
 

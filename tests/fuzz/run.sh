@@ -21,18 +21,21 @@ while [ ! -S "$tmp/redis.sock" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); d
 for n in acquire release extend reenter heartbeat withdraw inspect proclaim; do
 	sh "$top/deploy/embed-lua.sh" --text "$top/lua/lib/prelude.lua" "$top/lua/$n.lua" >"$tmp/$n.lua"
 done
-sh "$top/deploy/embed-lua.sh" --text "$top/lua/lib/prelude.lua" "$top/lua/batch.lua" >"$tmp/batch.lua"
+for n in batch batch_slots; do
+	sh "$top/deploy/embed-lua.sh" --text "$top/lua/lib/prelude.lua" "$top/lua/$n.lua" >"$tmp/$n.lua"
+done
 fails=0
 s=1
 while [ $s -le "$seeds" ]; do
 	# Each seed alone and inside batches (lua/batch.lua), as the broker
-	# sends the calls of one loop turn.
-	for mode in alone batched; do
+	# sends the calls of one loop turn, and as it sends them to a Redis
+	# Cluster master (lua/batch_slots.lua: keys passed as args).
+	for mode in alone batched slots; do
 		if ! python3 "$top/tests/fuzz/lua_model_fuzz.py" "$tmp/redis.sock" "$tmp" "$s" "$steps" "$mode"; then
 			fails=$((fails + 1))
 		fi
 	done
 	s=$((s + 1))
 done
-echo "lua_model_fuzz: $seeds seeds x $steps calls, alone and batched, $fails runs failed"
+echo "lua_model_fuzz: $seeds seeds x $steps calls, alone, batched and batched by slots, $fails runs failed"
 [ "$fails" -eq 0 ]

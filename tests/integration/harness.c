@@ -1379,6 +1379,11 @@ static json_t *wait_response_soft(lb_client *c, const json_t *id, int timeout_ms
     }
 }
 
+json_t *lb_poll_response(lb_client *c, json_t *id, int timeout_ms)
+{
+    return wait_response_soft(c, id, timeout_ms);
+}
+
 json_t *lb_wait_response(lb_client *c, json_t *id, int timeout_ms)
 {
     json_t *m = wait_response_soft(c, id, timeout_ms);

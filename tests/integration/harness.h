@@ -220,6 +220,9 @@ json_t *lb_call_json(lb_client *c, json_t *req, int timeout_ms);
 json_t *lb_send_req(lb_client *c, const char *fmt, ...);
 /* Wait for the response whose id equals id (json_equal). */
 json_t *lb_wait_response(lb_client *c, json_t *id, int timeout_ms);
+/* The same, but NULL (no failure) when none came within timeout_ms: for
+ * "not answered yet". */
+json_t *lb_poll_response(lb_client *c, json_t *id, int timeout_ms);
 /* Next event ({"event":...}), queued or read; NULL on timeout. Responses
  * read meanwhile are queued. */
 json_t *lb_next_event(lb_client *c, int timeout_ms);
