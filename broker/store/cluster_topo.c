@@ -24,13 +24,10 @@
  * last one goes to on_map (a partial map too: it is what the cluster says,
  * and the backend answers unavailable for the slots nobody serves).
  *
- * Lifetimes as in sentinel.c: every connection attempt bumps `attempt`;
- * callbacks carry the number they were made for and ignore themselves when
- * it is stale; hiredis frees a context itself after a failed connect or a
- * disconnect, and we free one only outside its callbacks; redis_uv's
- * on_freed tells us when a context is gone (struct cref), so `ac` never
- * dangles. A lookup in flight when the round moves on is left to finish
- * and then dropped (one uv_getaddrinfo_t; `resolving`).
+ * The connection to the node asked is a nodeask (nodeask.h), as each of
+ * sentinel.c's is: the lookup, connect, AUTH, stale replies and context
+ * lifetimes are kept there. A lookup in flight when the round moves on is
+ * left to finish, and the node the round asks then is asked.
  */
 #include "broker/store/cluster_topo.h"
 
@@ -43,15 +40,11 @@
 
 #include "broker/base/log.h"
 #include "broker/base/timers.h"
-#include "broker/store/redis_uv.h"
+#include "broker/store/nodeask.h"
 
 #define ASK_TIMEOUT_MS 1000
 #define ROUND_MIN_MS 250
 #define ROUND_MAX_MS 2000
-
-struct cref {
-	redisAsyncContext *ac;
-};
 
 static struct {
 	uv_loop_t *loop;
@@ -77,12 +70,8 @@ static struct {
 	host_port_t hint; /* asked first by the next round (a redirect's target) */
 	cluster_map_t best;
 	uint32_t round_ms;
-	/* The question out. */
-	redisAsyncContext *ac;
-	uintptr_t attempt;
-	uv_getaddrinfo_t gai;
-	bool resolving;
-	uintptr_t gai_attempt;
+	/* The question out (nodeask.h keeps its connection). */
+	nodeask_t na;
 	char asked_host[URL_HOST_MAX + 1]; /* the address asked (empty hosts) */
 	/* The last map given; have is false before the first. */
 	bool have;
@@ -92,33 +81,15 @@ static struct {
 
 static void ask_node(void);
 
-static void on_freed(void *priv)
-{
-	struct cref *ref = priv;
-
-	if (T.ac == ref->ac)
-		T.ac = NULL;
-	free(ref);
-}
-
 /* Drops the question out. in_cb: from one of its own callbacks. */
 static void abandon(bool in_cb)
 {
-	redisAsyncContext *ac = T.ac;
-
-	T.attempt++;
-	T.ac = NULL;
-	if (!ac)
-		return;
-	if (in_cb)
-		redisAsyncDisconnect(ac);
-	else
-		redisAsyncFree(ac); /* pending callbacks run, stale */
+	nodeask_abandon(&T.na, in_cb);
 }
 
 static bool current(const redisAsyncContext *ac, void *priv)
 {
-	return T.ac == ac && (uintptr_t)priv == T.attempt;
+	return nodeask_of(ac, priv) == &T.na;
 }
 
 /* The node asked now: the round's T.at-th, from where it started. */
@@ -346,129 +317,29 @@ static void on_nodes(redisAsyncContext *ac, void *r, void *priv)
 	next_node(true);
 }
 
-static void on_auth(redisAsyncContext *ac, void *r, void *priv)
+/* The node's connection failed, or it refused the password. */
+static void node_fail(nodeask_t *na, bool in_cb)
 {
-	const redisReply *reply = r;
-
-	if (!current(ac, priv) || !reply || reply->type != REDIS_REPLY_ERROR)
-		return;
-	LOG(LOG_WARN, "msg=\"cluster node refused the password\" node=%s:%d", T.cand[cand_at()].host,
-	    T.cand[cand_at()].port);
-	next_node(true);
+	(void)na;
+	next_node(in_cb);
 }
 
-static void on_connect(const redisAsyncContext *ac, int status)
+/* Connected to the node asked: the three questions. */
+static void node_open(nodeask_t *na)
 {
-	if (status == REDIS_OK || T.ac != ac)
-		return;
-	LOG(LOG_WARN, "msg=\"cluster node unreachable\" node=%s:%d err=\"%s\"", T.cand[cand_at()].host,
-	    T.cand[cand_at()].port, ac->errstr);
-	T.attempt++;
-	T.ac = NULL; /* hiredis frees it after this */
-	next_node(false);
-}
-
-static void on_disconnect(const redisAsyncContext *ac, int status)
-{
-	(void)status;
-	if (T.ac != ac)
-		return; /* abandoned already */
-	T.attempt++;
-	T.ac = NULL;
-	next_node(false);
-}
-
-static void open_node(const char *ip)
-{
-	redisAsyncContext *ac = redisAsyncConnect(ip, T.cand[cand_at()].port);
-	struct cref *ref;
-
-	REQUIRE(ac != NULL);
-	if (ac->err) {
-		LOG(LOG_WARN, "msg=\"cluster node unreachable\" node=%s:%d err=\"%s\"", T.cand[cand_at()].host,
-		    T.cand[cand_at()].port, ac->errstr);
-		redisAsyncFree(ac);
-		next_node(false);
-		return;
-	}
-	ref = xmalloc(sizeof(*ref));
-	ref->ac = ac;
-	if (redis_uv_attach(ac, T.loop, on_freed, ref) != REDIS_OK) {
-		free(ref);
-		redisAsyncFree(ac);
-		next_node(false);
-		return;
-	}
-	redisAsyncSetConnectCallback(ac, on_connect);
-	redisAsyncSetDisconnectCallback(ac, on_disconnect);
-	T.ac = ac;
 	snprintf(T.asked_host, sizeof(T.asked_host), "%s", T.cand[cand_at()].host);
-	if (T.password) {
-		const char *argv[2] = {"AUTH", T.password};
-		size_t argvlen[2] = {4, strlen(T.password)};
-		redisAsyncCommandArgv(ac, on_auth, (void *)T.attempt, 2, argv, argvlen);
-	}
 	T.epoch_now = -1;
 	T.slots_ok = false;
-	redisAsyncCommand(ac, on_info, (void *)T.attempt, "CLUSTER INFO");
-	redisAsyncCommand(ac, on_slots, (void *)T.attempt, "CLUSTER SLOTS");
-	redisAsyncCommand(ac, on_nodes, (void *)T.attempt, "CLUSTER NODES");
-}
-
-static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
-{
-	char ip[64] = "";
-
-	(void)req;
-	T.resolving = false;
-	for (struct addrinfo *ai = status == 0 ? res : NULL; ai && !ip[0]; ai = ai->ai_next)
-		redis_uv_addr_name(ai, ip, sizeof(ip));
-	uv_freeaddrinfo(res);
-	if (T.closing)
-		return;
-	if (T.gai_attempt != T.attempt) {
-		/* The round moved on while it resolved: ask what it asks now. */
-		if (T.asking)
-			ask_node();
-		return;
-	}
-	if (!ip[0]) {
-		LOG(LOG_WARN, "msg=\"cannot resolve the cluster node\" node=%s:%d err=\"%s\"",
-		    T.cand[cand_at()].host, T.cand[cand_at()].port, status ? uv_strerror(status) : "no address");
-		next_node(false);
-		return;
-	}
-	open_node(ip);
+	redisAsyncCommand(na->ac, on_info, nodeask_tag(na), "CLUSTER INFO");
+	redisAsyncCommand(na->ac, on_slots, nodeask_tag(na), "CLUSTER SLOTS");
+	redisAsyncCommand(na->ac, on_nodes, nodeask_tag(na), "CLUSTER NODES");
 }
 
 /* Asks the round's node now (cand_at), with the question's deadline. */
 static void ask_node(void)
 {
-	const char *host = T.cand[cand_at()].host;
-	struct in6_addr a6;
-	struct addrinfo hints;
-	int rc;
-
-	abandon(false);
 	timer_at(&T.ask_timeout, timers_now() + ASK_TIMEOUT_MS);
-	if (T.resolving)
-		return; /* on_resolved sees the new attempt and asks again */
-	if (uv_inet_pton(AF_INET, host, &a6) == 0 || uv_inet_pton(AF_INET6, host, &a6) == 0) {
-		open_node(host);
-		return;
-	}
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	T.gai_attempt = T.attempt;
-	rc = uv_getaddrinfo(T.loop, &T.gai, on_resolved, host, NULL, &hints);
-	if (rc != 0) {
-		LOG(LOG_WARN, "msg=\"cannot resolve the cluster node\" node=%s:%d err=\"%s\"", host,
-		    T.cand[cand_at()].port, uv_strerror(rc));
-		next_node(false);
-		return;
-	}
-	T.resolving = true;
+	nodeask_connect(&T.na, T.cand[cand_at()].host, T.cand[cand_at()].port);
 }
 
 static void on_ask_timeout(timer_ent_t *t)
@@ -504,6 +375,8 @@ void cluster_topo_start(uv_loop_t *loop, const host_port_t *seeds, int nseeds,
 	T.nseeds = nseeds;
 	memcpy(T.seeds, seeds, (size_t)nseeds * sizeof(*seeds));
 	T.round_ms = ROUND_MIN_MS;
+	T.na = (nodeask_t){.loop = loop, .what = "cluster node", .key = "node", .password = T.password,
+	                   .open = node_open, .fail = node_fail};
 	timer_init(&T.ask_timeout, on_ask_timeout);
 	timer_init(&T.ask_later, on_ask_later);
 	timer_init(&T.periodic, on_periodic);
@@ -520,9 +393,7 @@ void cluster_topo_close(void)
 	timer_cancel(&T.ask_timeout);
 	timer_cancel(&T.ask_later);
 	timer_cancel(&T.periodic);
-	if (T.resolving)
-		uv_cancel((uv_req_t *)&T.gai);
-	abandon(false);
+	nodeask_close(&T.na);
 	free(T.password);
 	T.password = NULL;
 }

@@ -26,13 +26,9 @@
  * that had not heard yet): the sentinels are asked again, the one that
  * announced the switch first.
  *
- * Every connection attempt bumps its sconn's attempt number; callbacks
- * carry the number they were made for and ignore themselves when it is
- * stale, so a late reply of an abandoned connection changes nothing.
- * hiredis frees a context itself after a failed connect or a disconnect;
- * we free one only outside its callbacks (timeouts, close) and otherwise
- * ask it to disconnect. A struct sref per context learns when hiredis
- * freed it (redis_uv's on_freed), so sconn.ac never dangles.
+ * Each sconn is a nodeask (nodeask.h) plus the sentinel it is on: the
+ * lookup, connect, AUTH, stale replies and context lifetimes are kept
+ * there, as they are for cluster_topo.c's questions.
  */
 #include "broker/store/sentinel.h"
 
@@ -45,7 +41,7 @@
 
 #include "broker/base/log.h"
 #include "broker/base/timers.h"
-#include "broker/store/redis_uv.h"
+#include "broker/store/nodeask.h"
 
 #define ASK_TIMEOUT_MS 1000
 #define ASK_GAP_MS 200
@@ -54,23 +50,11 @@
 #define WATCH_RETRY_MS 500
 #define REASK_MS 5000 /* asked again this often: a watch may be dead silently */
 
+/* A connection to one sentinel at a time (nodeask.h keeps its lifetimes);
+ * idx: the sentinel, an index into the URL's list. */
 struct sconn {
-	const char *role; /* "ask" or "watch", for the log */
-	redisAsyncContext *ac;
-	uv_getaddrinfo_t gai;
-	bool resolving;
-	uintptr_t gai_attempt; /* the attempt the lookup in flight is for */
-	bool reconnect;   /* connect once the stale lookup in flight is back */
-	int idx;          /* the sentinel, an index into the URL's list */
-	uintptr_t attempt; /* bumped by every connect and every abandon */
-	void (*open)(struct sconn *sc);           /* queue the role's commands */
-	void (*fail)(struct sconn *sc, bool in_cb); /* the attempt failed */
-};
-
-/* Tells an sconn that hiredis freed its context. */
-struct sref {
-	struct sconn *sc;
-	redisAsyncContext *ac;
+	nodeask_t na;
+	int idx;
 };
 
 static struct {
@@ -100,181 +84,28 @@ static struct {
 	timer_ent_t ask_timeout, ask_later, watch_later, reask;
 } S;
 
-static void sconn_connect(struct sconn *sc, int idx);
+static struct sconn *sconn_from(nodeask_t *na)
+{
+	return (struct sconn *)(void *)((char *)na - offsetof(struct sconn, na));
+}
 
 static const host_port_t *sentinel_of(const struct sconn *sc)
 {
 	return &S.addr->sentinels[sc->idx];
 }
 
-static void on_freed(void *priv)
-{
-	struct sref *ref = priv;
-
-	if (ref->sc->ac == ref->ac)
-		ref->sc->ac = NULL;
-	free(ref);
-}
-
-/* Gives up the current connection. in_cb: called from one of its own
- * callbacks (hiredis then frees it after a disconnect request). */
-static void sconn_abandon(struct sconn *sc, bool in_cb)
-{
-	redisAsyncContext *ac = sc->ac;
-
-	sc->attempt++;
-	sc->ac = NULL;
-	if (!ac)
-		return;
-	if (in_cb)
-		redisAsyncDisconnect(ac);
-	else
-		redisAsyncFree(ac); /* pending callbacks run, stale */
-}
-
-static struct sconn *sconn_of(const redisAsyncContext *ac, void *priv)
-{
-	struct sconn *sc = ac->data;
-
-	return sc && sc->ac == ac && (uintptr_t)priv == sc->attempt ? sc : NULL;
-}
-
-static void on_connect(const redisAsyncContext *ac, int status)
-{
-	struct sconn *sc = ac->data;
-
-	if (status == REDIS_OK || !sc || sc->ac != ac)
-		return;
-	LOG(LOG_WARN, "msg=\"sentinel unreachable\" role=%s sentinel=%s:%d err=\"%s\"", sc->role,
-	    sentinel_of(sc)->host, sentinel_of(sc)->port, ac->errstr);
-	sc->attempt++;
-	sc->ac = NULL; /* hiredis frees it after this */
-	sc->fail(sc, false);
-}
-
-static void on_disconnect(const redisAsyncContext *ac, int status)
-{
-	struct sconn *sc = ac->data;
-
-	(void)status;
-	if (!sc || sc->ac != ac)
-		return; /* abandoned already */
-	LOG(LOG_WARN, "msg=\"sentinel connection lost\" role=%s sentinel=%s:%d", sc->role,
-	    sentinel_of(sc)->host, sentinel_of(sc)->port);
-	sc->attempt++;
-	sc->ac = NULL;
-	sc->fail(sc, false);
-}
-
-static void on_auth(redisAsyncContext *ac, void *r, void *priv)
-{
-	struct sconn *sc = sconn_of(ac, priv);
-	redisReply *reply = r;
-
-	if (!sc || !reply || reply->type != REDIS_REPLY_ERROR)
-		return;
-	LOG(LOG_WARN, "msg=\"sentinel refused the password\" role=%s sentinel=%s:%d", sc->role,
-	    sentinel_of(sc)->host, sentinel_of(sc)->port);
-	sconn_abandon(sc, true);
-	sc->fail(sc, true);
-}
-
-static void sconn_open(struct sconn *sc, const char *ip)
-{
-	redisAsyncContext *ac = redisAsyncConnect(ip, sentinel_of(sc)->port);
-	struct sref *ref;
-
-	REQUIRE(ac != NULL);
-	if (ac->err) {
-		LOG(LOG_WARN, "msg=\"sentinel unreachable\" role=%s sentinel=%s:%d err=\"%s\"", sc->role,
-		    sentinel_of(sc)->host, sentinel_of(sc)->port, ac->errstr);
-		redisAsyncFree(ac);
-		sc->fail(sc, false);
-		return;
-	}
-	ref = xmalloc(sizeof(*ref));
-	*ref = (struct sref){sc, ac};
-	if (redis_uv_attach(ac, S.loop, on_freed, ref) != REDIS_OK) {
-		free(ref);
-		redisAsyncFree(ac);
-		sc->fail(sc, false);
-		return;
-	}
-	ac->data = sc;
-	redisAsyncSetConnectCallback(ac, on_connect);
-	redisAsyncSetDisconnectCallback(ac, on_disconnect);
-	sc->ac = ac;
-	if (S.addr->sentinel_password) {
-		const char *argv[2] = {"AUTH", S.addr->sentinel_password};
-		size_t argvlen[2] = {4, strlen(S.addr->sentinel_password)};
-		redisAsyncCommandArgv(ac, on_auth, (void *)sc->attempt, 2, argv, argvlen);
-	}
-	sc->open(sc);
-}
-
-static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
-{
-	struct sconn *sc = (struct sconn *)((char *)req - offsetof(struct sconn, gai));
-	char ip[64] = "";
-
-	sc->resolving = false;
-	for (struct addrinfo *ai = status == 0 ? res : NULL; ai && !ip[0]; ai = ai->ai_next)
-		redis_uv_addr_name(ai, ip, sizeof(ip));
-	uv_freeaddrinfo(res);
-	if (S.closing)
-		return;
-	if (sc->gai_attempt != sc->attempt) {
-		/* Abandoned while it resolved (a timeout): the gai request is
-		 * free again for the attempt that waits for it. */
-		if (sc->reconnect) {
-			sc->reconnect = false;
-			if (sc != &S.ask || S.asking) /* an ask outside a round: none */
-				sconn_connect(sc, sc->idx);
-		}
-		return;
-	}
-	if (!ip[0]) {
-		LOG(LOG_WARN, "msg=\"cannot resolve the sentinel\" role=%s sentinel=%s:%d err=\"%s\"",
-		    sc->role, sentinel_of(sc)->host, sentinel_of(sc)->port,
-		    status ? uv_strerror(status) : "no address");
-		sc->fail(sc, false);
-		return;
-	}
-	sconn_open(sc, ip);
-}
-
 static void sconn_connect(struct sconn *sc, int idx)
 {
-	const char *host;
-	struct in6_addr a6;
-	struct addrinfo hints;
-	int rc;
-
-	if (sc->ac)
-		sconn_abandon(sc, false); /* never two contexts: the old one would leak */
 	sc->idx = idx;
-	sc->attempt++;
-	if (sc->resolving) {
-		sc->reconnect = true; /* one gai request per sconn: on_resolved */
-		return;
-	}
-	host = sentinel_of(sc)->host;
-	if (uv_inet_pton(AF_INET, host, &a6) == 0 || uv_inet_pton(AF_INET6, host, &a6) == 0) {
-		sconn_open(sc, host);
-		return;
-	}
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	sc->gai_attempt = sc->attempt;
-	rc = uv_getaddrinfo(S.loop, &sc->gai, on_resolved, host, NULL, &hints);
-	if (rc != 0) {
-		LOG(LOG_WARN, "msg=\"cannot resolve the sentinel\" role=%s sentinel=%s:%d err=\"%s\"",
-		    sc->role, host, sentinel_of(sc)->port, uv_strerror(rc));
-		sc->fail(sc, false);
-		return;
-	}
-	sc->resolving = true;
+	nodeask_connect(&sc->na, sentinel_of(sc)->host, sentinel_of(sc)->port);
+}
+
+/* The sconn a reply callback is for, or NULL when stale. */
+static struct sconn *sconn_of(const redisAsyncContext *ac, void *priv)
+{
+	nodeask_t *na = nodeask_of(ac, priv);
+
+	return na ? sconn_from(na) : NULL;
 }
 
 /* ---- asking ------------------------------------------------------------------ */
@@ -328,8 +159,7 @@ static void ask_next(struct sconn *sc, bool in_cb)
 {
 	if (S.closing || !S.asking)
 		return;
-	if (sc->ac)
-		sconn_abandon(sc, in_cb);
+	nodeask_abandon(&sc->na, in_cb);
 	sc->idx = (sc->idx + 1) % S.addr->nsentinels;
 	if (++S.tried < S.addr->nsentinels) {
 		timer_at(&S.ask_timeout, timers_now() + ASK_TIMEOUT_MS);
@@ -339,9 +169,9 @@ static void ask_next(struct sconn *sc, bool in_cb)
 	round_end();
 }
 
-static void ask_fail(struct sconn *sc, bool in_cb)
+static void ask_fail(nodeask_t *na, bool in_cb)
 {
-	ask_next(sc, in_cb);
+	ask_next(sconn_from(na), in_cb);
 }
 
 static bool same_view(const struct view *a, const struct view *b)
@@ -402,8 +232,8 @@ static void on_ask_timeout(timer_ent_t *t)
 		return;
 	LOG(LOG_WARN, "msg=\"sentinel did not answer in time\" sentinel=%s:%d", sentinel_of(&S.ask)->host,
 	    sentinel_of(&S.ask)->port);
-	sconn_abandon(&S.ask, false); /* a lookup in flight is dropped when back */
-	ask_fail(&S.ask, false);
+	nodeask_abandon(&S.ask.na, false); /* a lookup in flight is dropped when back */
+	ask_next(&S.ask, false);
 }
 
 /* "host" and "port" as a sentinel names them; 0 when they are not. */
@@ -449,7 +279,7 @@ static void on_ask_reply(redisAsyncContext *ac, void *r, void *priv)
 		LOG(LOG_WARN, "msg=\"sentinel does not name the master\" sentinel=%s:%d master=\"%s\" "
 		    "reply=\"%.60s\"", sentinel_of(sc)->host, sentinel_of(sc)->port, S.addr->master_name,
 		    reply->type == REDIS_REPLY_ERROR ? reply->str : "malformed");
-		ask_fail(sc, true);
+		ask_next(sc, true);
 		return;
 	}
 	v = &S.views[S.nviews++];
@@ -461,20 +291,19 @@ static void on_ask_reply(redisAsyncContext *ac, void *r, void *priv)
 	ask_next(sc, true);
 }
 
-static void ask_open(struct sconn *sc)
+static void ask_open(nodeask_t *na)
 {
-	redisAsyncCommand(sc->ac, on_ask_reply, (void *)sc->attempt, "SENTINEL MASTER %s",
+	redisAsyncCommand(na->ac, on_ask_reply, nodeask_tag(na), "SENTINEL MASTER %s",
 	                  S.addr->master_name);
 }
 
 /* ---- watching ---------------------------------------------------------------- */
 
-static void watch_fail(struct sconn *sc, bool in_cb)
+static void watch_next(struct sconn *sc, bool in_cb)
 {
 	if (S.closing)
 		return;
-	if (sc->ac)
-		sconn_abandon(sc, in_cb);
+	nodeask_abandon(&sc->na, in_cb);
 	sc->idx = (sc->idx + 1) % S.addr->nsentinels;
 	timer_at(&S.watch_later, timers_now() + WATCH_RETRY_MS);
 	sentinel_ask(); /* a switch may be missed while nobody watches */
@@ -532,7 +361,7 @@ static void on_watch_msg(redisAsyncContext *ac, void *r, void *priv)
 	if (reply->type == REDIS_REPLY_ERROR) {
 		LOG(LOG_WARN, "msg=\"sentinel refused the subscription\" sentinel=%s:%d err=\"%.100s\"",
 		    sentinel_of(sc)->host, sentinel_of(sc)->port, reply->str);
-		watch_fail(sc, true);
+		watch_next(sc, true);
 		return;
 	}
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3 ||
@@ -549,9 +378,14 @@ static void on_watch_msg(redisAsyncContext *ac, void *r, void *priv)
 		on_switch(reply->element[2]->str, reply->element[2]->len);
 }
 
-static void watch_open(struct sconn *sc)
+static void watch_fail(nodeask_t *na, bool in_cb)
 {
-	redisAsyncCommand(sc->ac, on_watch_msg, (void *)sc->attempt, "SUBSCRIBE +switch-master");
+	watch_next(sconn_from(na), in_cb);
+}
+
+static void watch_open(nodeask_t *na)
+{
+	redisAsyncCommand(na->ac, on_watch_msg, nodeask_tag(na), "SUBSCRIBE +switch-master");
 }
 
 /* A watch connection that died without a word (a half-open socket, a
@@ -575,8 +409,12 @@ void sentinel_start(uv_loop_t *loop, const redis_addr_t *addr, sentinel_master_f
 	S.addr = addr;
 	S.on_master = on_master;
 	S.round_ms = ROUND_MIN_MS;
-	S.ask = (struct sconn){.role = "ask", .open = ask_open, .fail = ask_fail};
-	S.watch = (struct sconn){.role = "watch", .open = watch_open, .fail = watch_fail};
+	S.ask.na = (nodeask_t){.loop = loop, .what = "sentinel", .key = "sentinel", .role = "ask",
+	                       .password = addr->sentinel_password, .log_lost = true,
+	                       .open = ask_open, .fail = ask_fail};
+	S.watch.na = (nodeask_t){.loop = loop, .what = "sentinel", .key = "sentinel", .role = "watch",
+	                         .password = addr->sentinel_password, .log_lost = true,
+	                         .open = watch_open, .fail = watch_fail};
 	timer_init(&S.ask_timeout, on_ask_timeout);
 	timer_init(&S.ask_later, on_ask_later);
 	timer_init(&S.watch_later, on_watch_later);
@@ -597,9 +435,6 @@ void sentinel_close(void)
 	timer_cancel(&S.ask_later);
 	timer_cancel(&S.reask);
 	timer_cancel(&S.watch_later);
-	for (int k = 0; k < 2; k++) {
-		if (all[k]->resolving)
-			uv_cancel((uv_req_t *)&all[k]->gai);
-		sconn_abandon(all[k], false);
-	}
+	for (int k = 0; k < 2; k++)
+		nodeask_close(&all[k]->na);
 }
