@@ -22,18 +22,6 @@ static long long evalsha_calls(int port)
 	return lb_info_number(cl_node_cmd(port, "INFO commandstats"), "cmdstat_evalsha:calls=");
 }
 
-/* The n answers (ids 1..n) to one write of lines. */
-static void pipeline(lb_client *c, const char *lines, json_t **out, int n)
-{
-	cr_assert(lb_send_raw(c, lines, strlen(lines)));
-	for (int k = 0; k < n; k++) {
-		json_t *id = json_integer(k + 1);
-		out[k] = lb_wait_response(c, id, 15000);
-		json_decref(id);
-		cr_assert_not_null(out[k], "no answer to request %d", k + 1);
-	}
-}
-
 /* One write of n acquires (wait_ms 0) of names[0..n-1]; their answers. */
 static void acquire_all_at_once(lb_client *c, char names[][32], int n, json_t **out)
 {
@@ -45,7 +33,7 @@ static void acquire_all_at_once(lb_client *c, char names[][32], int n, json_t **
 		                        "{\"id\":%d,\"op\":\"acquire\",\"lock\":\"%s\",\"wait_ms\":0,"
 		                        "\"ttl_ms\":30000}\n",
 		                        k + 1, names[k]);
-	pipeline(c, lines, out, n);
+	lb_pipeline(c, lines, out, n, 15000);
 }
 
 /* One write of the releases of the n leases in g. */
@@ -59,7 +47,7 @@ static void release_all_at_once(lb_client *c, json_t **g, int n)
 		len += (size_t)snprintf(lines + len, sizeof(lines) - len,
 		                        "{\"id\":%d,\"op\":\"release\",\"lease\":\"%s\"}\n", k + 1,
 		                        lb_str(g[k], "lease"));
-	pipeline(c, lines, out, n);
+	lb_pipeline(c, lines, out, n, 15000);
 	for (int k = 0; k < n; k++) {
 		cr_assert(lb_is_ok(out[k]), "release %d: %s", k, lb_dump(out[k]));
 		cr_assert_eq(lb_int(out[k], "count"), 0, "release %d: %s", k, lb_dump(out[k]));

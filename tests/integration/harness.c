@@ -1384,6 +1384,17 @@ json_t *lb_poll_response(lb_client *c, json_t *id, int timeout_ms)
     return wait_response_soft(c, id, timeout_ms);
 }
 
+void lb_pipeline(lb_client *c, const char *lines, json_t **out, int n, int timeout_ms)
+{
+    cr_assert(lb_send_raw(c, lines, strlen(lines)));
+    for (int k = 0; k < n; k++) {
+        json_t *id = json_integer(k + 1);
+        out[k] = lb_wait_response(c, id, timeout_ms);
+        json_decref(id);
+        cr_assert_not_null(out[k], "no answer to request %d", k + 1);
+    }
+}
+
 json_t *lb_wait_response(lb_client *c, json_t *id, int timeout_ms)
 {
     json_t *m = wait_response_soft(c, id, timeout_ms);

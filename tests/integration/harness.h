@@ -223,6 +223,9 @@ json_t *lb_wait_response(lb_client *c, json_t *id, int timeout_ms);
 /* The same, but NULL (no failure) when none came within timeout_ms: for
  * "not answered yet". */
 json_t *lb_poll_response(lb_client *c, json_t *id, int timeout_ms);
+/* Writes lines (n requests with ids 1..n) in one write and waits up to
+ * timeout_ms for each answer, in out[0..n-1]. */
+void lb_pipeline(lb_client *c, const char *lines, json_t **out, int n, int timeout_ms);
 /* Next event ({"event":...}), queued or read; NULL on timeout. Responses
  * read meanwhile are queued. */
 json_t *lb_next_event(lb_client *c, int timeout_ms);

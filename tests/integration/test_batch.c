@@ -19,18 +19,6 @@ static long long evalsha_calls(lb_redis *r)
 	return lb_info_number(lb_redis_cmd(r, "INFO commandstats"), "cmdstat_evalsha:calls=");
 }
 
-/* The n answers (ids 1..n) to one write of lines. */
-static void pipeline(lb_client *c, const char *lines, json_t **out, int n)
-{
-	cr_assert(lb_send_raw(c, lines, strlen(lines)));
-	for (int k = 0; k < n; k++) {
-		json_t *id = json_integer(k + 1);
-		out[k] = lb_wait_response(c, id, 10000);
-		json_decref(id);
-		cr_assert_not_null(out[k], "no answer to request %d", k + 1);
-	}
-}
-
 /* Eight acquires of eight locks, then their eight releases, each in one
  * write: every one answered as alone, in two script calls or so with
  * batches, sixteen without. */
@@ -47,7 +35,7 @@ static long long run_eight(lb_redis *r, lb_broker *b, const char *tag)
 		                      "{\"id\":%d,\"op\":\"acquire\",\"lock\":\"%s-%d\",\"wait_ms\":0}\n",
 		                      k + 1, tag, k);
 	before = evalsha_calls(r);
-	pipeline(c, lines, ans, 8);
+	lb_pipeline(c, lines, ans, 8, 10000);
 	for (int k = 0; k < 8; k++) {
 		cr_assert(lb_is_ok(ans[k]), "acquire %d: %s", k, lb_dump(ans[k]));
 		cr_assert_eq(lb_int(ans[k], "count"), 1);
@@ -55,7 +43,7 @@ static long long run_eight(lb_redis *r, lb_broker *b, const char *tag)
 		                      "{\"id\":%d,\"op\":\"release\",\"lease\":\"%s\"}\n", k + 1,
 		                      lb_str(ans[k], "lease"));
 	}
-	pipeline(c, rel, ans, 8);
+	lb_pipeline(c, rel, ans, 8, 10000);
 	for (int k = 0; k < 8; k++) {
 		cr_assert(lb_is_ok(ans[k]), "release %d: %s", k, lb_dump(ans[k]));
 		cr_assert_eq(lb_int(ans[k], "count"), 0);
@@ -96,7 +84,7 @@ static long long expect_bad_in_the_middle(lb_redis *r, lb_broker *b, const char 
 	         "{\"id\":3,\"op\":\"acquire\",\"lock\":\"%s-c\",\"wait_ms\":0}\n",
 	         tag, tag, tag);
 	before = evalsha_calls(r);
-	pipeline(c, lines, ans, 3);
+	lb_pipeline(c, lines, ans, 3, 10000);
 	calls = evalsha_calls(r) - before;
 	cr_assert(lb_is_ok(ans[0]), "the call before the bad one: %s", lb_dump(ans[0]));
 	cr_assert(lb_is_ok(ans[2]), "the call after the bad one: %s", lb_dump(ans[2]));
@@ -199,7 +187,7 @@ LB_TEST(batch, a_batch_that_found_no_script_runs_again_in_order, 30)
 	         "{\"id\":2,\"op\":\"acquire\",\"lock\":\"nsL\",\"owner\":\"o2\",\"wait_ms\":0}\n"
 	         "{\"id\":3,\"op\":\"release\",\"lease\":\"%s\"}\n",
 	         l, m);
-	pipeline(a, lines, ans, 3);
+	lb_pipeline(a, lines, ans, 3, 10000);
 	cr_assert(lb_is_ok(ans[0]) && lb_int(ans[0], "count") == 0, "release: %s", lb_dump(ans[0]));
 	cr_assert(lb_is_ok(ans[1]), "the acquire behind the release: %s", lb_dump(ans[1]));
 	cr_assert(lb_is_ok(ans[2]) && lb_int(ans[2], "count") == 0, "release: %s", lb_dump(ans[2]));
