@@ -338,7 +338,15 @@ static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
 	if (!reply || c->state != RC_CONNECTING)
 		return; /* gone, dropped or closing: nothing to make ready */
 	c->progress_at = timers_now();
-	if (reply->type == REDIS_REPLY_ERROR) {
+	if (reply->type == REDIS_REPLY_ERROR && step == SCRIPT_BATCH_SLOTS) {
+		/* Redis 6 loads no script with a shebang (lua/batch_slots.lua):
+		 * no batches there (batch_run), each call alone as before. */
+		static bool said;
+		if (!said)
+			LOG(LOG_WARN, "msg=\"redis cannot load the cluster batch script (Redis 7 needed); "
+			    "each call goes alone\" conn=%d err=\"%.200s\"", c->idx, reply->str);
+		said = true;
+	} else if (reply->type == REDIS_REPLY_ERROR) {
 		if (!c->handshake_failed)
 			LOG(LOG_ERROR, "msg=\"redis handshake failed\" conn=%d err=\"%.200s\"", c->idx, reply->str);
 		c->handshake_failed = true;
